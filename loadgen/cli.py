@@ -1,0 +1,51 @@
+"""The ``netgain`` command: one entry point, one subcommand per job."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from server.cliargs import CliError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from loadgen import cli_load, cli_report, cli_trace
+    from server import cli as serve_cli
+
+    parser = argparse.ArgumentParser(
+        prog="netgain",
+        description="Is moving this model's inference from CPU to GPU a net gain? Measure it end to end.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    serve_cli.add_parser(sub)
+    cli_load.add_parser(sub)
+    cli_report.add_parser(sub)
+    cli_trace.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("netgain: interrupted", file=sys.stderr)
+        return 130
+    except (CliError, FileNotFoundError, PermissionError, OSError, ValueError) as exc:
+        if args.debug:
+            raise
+        print(f"netgain {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""netgain server: a gRPC inference server with per-request phase spans."""

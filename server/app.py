@@ -1,0 +1,269 @@
+"""Start-up, serving and shutdown of ``netgain serve``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import platform
+import random
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry, start_http_server
+
+from protos import inference_pb2 as pb
+from protos.service import SERVICE_NAME, add_inference_servicer
+from server.batching.pipeline import Batch, Pipeline, PipelineConfig
+from server.batching.queue import RequestQueue
+from server.coldstart import ColdStart
+from server.config import ServeConfig
+from server.device import DeviceRunner, resolve_device
+from server.handlers import create_handler
+from server.handlers.base import Handler
+from server.service import InferenceServicer, Limits
+from server.telemetry.metrics import ServerMetrics
+from server.telemetry.recorder import Recorder, SpanLog
+from server.telemetry.samplers import Sampler
+
+log = logging.getLogger("netgain.server")
+
+
+def versions() -> dict[str, str]:
+    import google.protobuf
+    import torch
+
+    out = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "grpc": grpc.__version__,
+        "protobuf": google.protobuf.__version__,
+        "cuda": str(torch.version.cuda or ""),
+    }
+    if torch.cuda.is_available():
+        out["gpu"] = torch.cuda.get_device_name(0)
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            out["driver"] = str(pynvml.nvmlSystemGetDriverVersion())
+        except Exception:
+            out["driver"] = ""
+    return out
+
+
+def warm_up(handler: Handler, runner: DeviceRunner, cfg: ServeConfig) -> None:
+    """Run full batches of example payloads so first requests do not pay for lazy initialisation."""
+    rng = random.Random(cfg.seed)
+    sizes = sorted({1, cfg.max_batch_size})
+    for _ in range(cfg.warmup_batches):
+        for size in sizes:
+            items = [handler.preprocess(handler.example_input(rng)) for _ in range(size)]
+            runner.run(runner.prepare(handler.collate(items)))
+
+
+class Server:
+    def __init__(self, cfg: ServeConfig, cold: ColdStart) -> None:
+        cfg.validate()
+        self.cfg = cfg
+        self.cold = cold
+        self.device = resolve_device(cfg.device)
+        self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
+        self.registry = CollectorRegistry()
+        self.metrics = ServerMetrics(self.registry, self.handler.name, self.device)
+        self.requests = RequestQueue(cfg.max_queue_size)
+        span_log = SpanLog(cfg.span_log, cfg.span_log_max_bytes) if cfg.span_log else None
+        self.recorder = Recorder(self.metrics if cfg.instrumentation else None, span_log)
+        self.runners = [DeviceRunner(self.handler, self.device, cfg.dtype, cfg.nvtx) for _ in range(cfg.instances)]
+        self.servicer = InferenceServicer(
+            self.handler.name, self.requests, self.recorder if cfg.instrumentation or span_log else None,
+            Limits(cfg.max_items_per_request, cfg.max_message_bytes), self.info, self.start_profile,
+            instrumented=cfg.instrumentation,
+        )
+        self.pipeline = Pipeline(
+            self.handler, self.runners, self.requests,
+            PipelineConfig(cfg.max_batch_size, cfg.max_queue_delay_ms, cfg.pre_threads),
+            self.servicer.deliver, self._on_batch,
+        )
+        gpu_index = None
+        if self.device.startswith("cuda"):
+            gpu_index = int(self.device.split(":")[1]) if ":" in self.device else 0
+        self.sampler = Sampler(self.metrics, cfg.instances, lambda: self.recorder.kernel_ns_total, gpu_index,
+                               cfg.sample_interval_s)
+        self.health = health.aio.HealthServicer()
+        self.grpc_port = 0
+        self.metrics_port = -1
+        self._metrics_http: Any = None
+        self._profiles = 0
+
+    def _on_batch(self, batch: Batch, result: Any) -> None:
+        size = batch.rows[-1][2] if batch.rows else 0
+        self.recorder.batch_done(size, result.kernel_ns if result is not None else 0)
+
+    # -- info and profiling ----------------------------------------------------------
+    def info(self) -> pb.ServerInfoResponse:
+        cfg = self.cfg
+        return pb.ServerInfoResponse(
+            model=self.handler.name, device=self.device, dtype=cfg.dtype, versions=versions(),
+            batching=pb.BatchingConfig(max_batch_size=cfg.max_batch_size, max_queue_delay_ms=cfg.max_queue_delay_ms,
+                                       max_queue_size=cfg.max_queue_size, instances=cfg.instances,
+                                       pre_threads=cfg.pre_threads),
+            cold_start=[pb.ColdStartPhase(name=n, at_s=a, duration_s=d) for n, a, d in self.cold.timeline()],
+            pid=os.getpid(), start_unix_s=self.cold.created_unix_s, ready=self.servicer.ready,
+            intra_op_threads=self._intra_op_threads(), host=socket.gethostname(),
+            handler_options=cfg.handler_options, metrics_port=self.metrics_port,
+        )
+
+    def start_profile(self, batches: int) -> Any:
+        if not self.cfg.profile_dir:
+            raise ValueError("profiling is off: start the server with --profile-dir DIR")
+        os.makedirs(self.cfg.profile_dir, exist_ok=True)
+        self._profiles += 1
+        path = os.path.join(self.cfg.profile_dir, f"trace-{os.getpid()}-{self._profiles}.json")
+        return self.pipeline.request_profile(batches, path)
+
+    def _intra_op_threads(self) -> int:
+        import torch
+
+        return int(torch.get_num_threads())
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def _credentials(self) -> Any:
+        cfg = self.cfg
+        if not cfg.tls_cert:
+            return None
+        with open(cfg.tls_cert, "rb") as fh:
+            cert = fh.read()
+        with open(cfg.tls_key or "", "rb") as fh:
+            key = fh.read()
+        ca = None
+        if cfg.tls_client_ca:
+            with open(cfg.tls_client_ca, "rb") as fh:
+                ca = fh.read()
+        return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
+
+    async def _start_grpc(self) -> grpc.aio.Server:
+        cfg = self.cfg
+        opts = [("grpc.max_receive_message_length", cfg.max_message_bytes),
+                ("grpc.max_send_message_length", cfg.max_message_bytes),
+                ("grpc.so_reuseport", 1)]
+        server = grpc.aio.server(options=opts)
+        add_inference_servicer(self.servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            server,
+        )
+        addr = f"{cfg.host}:{cfg.port}"
+        creds = self._credentials()
+        port = server.add_secure_port(addr, creds) if creds else server.add_insecure_port(addr)
+        if port == 0:
+            raise OSError(f"cannot bind {addr}: address in use or not available")
+        self.grpc_port = port
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await server.start()
+        return server
+
+    def _start_metrics(self) -> None:
+        if self.cfg.metrics_port < 0:
+            return
+        httpd, _ = start_http_server(self.cfg.metrics_port, addr=self.cfg.host, registry=self.registry)
+        self._metrics_http = httpd
+        self.metrics_port = int(httpd.server_port)
+
+    def _load(self) -> None:
+        import torch
+
+        cfg = self.cfg
+        cores = len(os.sched_getaffinity(0))
+        torch.set_num_threads(cfg.intra_op_threads or cores)
+        for runner in self.runners:
+            model = self.handler.build_model()
+            self.cold.mark("model_built")
+            runner.place(model)
+            self.cold.mark("on_device")
+        for runner in self.runners:
+            warm_up(self.handler, runner, cfg)
+        self.cold.mark("warmup")
+
+    def _publish_static_metrics(self) -> None:
+        m, cfg = self.metrics, self.cfg
+        for name, _, duration in self.cold.timeline():
+            m.cold_start.labels(**m.labels, phase=name).set(duration)
+        m.ready.labels(**m.labels).set(1)
+        m.info.labels(**m.labels, dtype=cfg.dtype, torch=versions()["torch"],
+                      max_batch_size=str(cfg.max_batch_size), instances=str(cfg.instances)).set(1)
+        m.queue_depth.labels(**m.labels).set_function(lambda: len(self.requests))
+        m.in_flight.labels(**m.labels).set_function(lambda: self.servicer.in_flight)
+
+    def _write_ports(self) -> None:
+        line = f"netgain serve: grpc {self.cfg.host}:{self.grpc_port}"
+        if self.metrics_port >= 0:
+            line += f", metrics http://{self.cfg.host}:{self.metrics_port}/metrics"
+        print(line, flush=True)
+        if self.cfg.ports_file:
+            tmp = self.cfg.ports_file + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump({"grpc": self.grpc_port, "metrics": self.metrics_port, "pid": os.getpid()}, fh)
+            os.replace(tmp, self.cfg.ports_file)
+
+    async def serve(self) -> int:
+        self._start_metrics()
+        self.metrics.ready.labels(**self.metrics.labels).set(0)
+        server = await self._start_grpc()
+        self._write_ports()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        load_task = asyncio.ensure_future(asyncio.to_thread(self._load))
+        stop_task = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({load_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        if not load_task.done():
+            print("netgain serve: stopped during model load", file=sys.stderr, flush=True)
+            await server.stop(0)
+            return 0
+        load_task.result()  # re-raise a load failure
+        self.pipeline.start()
+        self.recorder.start()
+        self.sampler.start()
+        self.cold.mark("ready")
+        self._publish_static_metrics()
+        self.servicer.ready = True
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        total = self.cold.timeline()[-1][1]
+        print(f"netgain serve: ready ({self.handler.name} on {self.device}, cold start {total:.2f} s)", flush=True)
+        await stop_task
+        await self.shutdown(server)
+        return 0
+
+    async def shutdown(self, server: grpc.aio.Server) -> None:
+        """Stop accepting, finish in-flight requests, flush the span log."""
+        print("netgain serve: draining", flush=True)
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        started = time.monotonic()
+        stopping = asyncio.ensure_future(server.stop(self.cfg.grace_s))
+        while self.servicer.in_flight and time.monotonic() - started < self.cfg.grace_s:
+            await asyncio.sleep(0.01)
+        await stopping
+        await asyncio.to_thread(self.pipeline.stop)
+        self.sampler.stop()
+        self.recorder.stop()
+        if self._metrics_http is not None:
+            self._metrics_http.shutdown()
+        print("netgain serve: stopped", flush=True)
+
+
+def run_server(cfg: ServeConfig, cold: ColdStart) -> int:
+    server = Server(cfg, cold)
+    return asyncio.run(server.serve())

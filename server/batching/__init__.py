@@ -1,0 +1,1 @@
+"""Dynamic batching: the bounded request queue and the pre → device → post pipeline."""

@@ -1,0 +1,46 @@
+"""argparse helpers: every flag also reads ``NETGAIN_<FLAG>`` from the environment."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit status 2, no traceback (unless --debug)."""
+
+
+def env_name(flag: str) -> str:
+    return "NETGAIN_" + flag.lstrip("-").upper().replace("-", "_")
+
+
+def flag(parser: argparse.ArgumentParser | Any, name: str, **kw: Any) -> None:
+    """``parser.add_argument(name, **kw)`` with the default taken from ``NETGAIN_<NAME>`` when set."""
+    env = env_name(name)
+    raw = os.environ.get(env)
+    action = kw.get("action")
+    if raw is not None:
+        if action == "store_true":
+            kw["default"] = raw.strip().lower() in ("1", "true", "yes", "on")
+        elif action == "append":
+            kw["default"] = [v for v in raw.split(",") if v]
+        else:
+            kw["default"] = raw  # argparse applies `type` to string defaults
+        kw["required"] = False
+    help_text = kw.get("help", "")
+    if help_text != argparse.SUPPRESS:
+        default = kw.get("default")
+        shown = f"; default {default}" if default not in (None, False, [], "") and "%(default)" not in help_text else ""
+        kw["help"] = f"{help_text} [env {env}{shown}]"
+    parser.add_argument(name, **kw)
+
+
+def key_values(items: list[str] | None, what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CliError(f"{what} {item!r}: expected key=value")
+        out[key.strip()] = value.strip()
+    return out

@@ -1,0 +1,58 @@
+"""Server configuration (what ``netgain serve`` flags become)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class ServeConfig:
+    model: str = "image"
+    device: str = "cpu"
+    dtype: str = "float32"
+    host: str = "127.0.0.1"
+    port: int = 50051
+    metrics_port: int = 9464  # 0: any free port; -1: no metrics endpoint
+    max_batch_size: int = 8
+    max_queue_delay_ms: float = 2.0
+    max_queue_size: int = 256
+    instances: int = 1
+    pre_threads: int = 2
+    intra_op_threads: int = 0  # 0: every core this process may use
+    max_message_bytes: int = 16 * 1024 * 1024
+    max_items_per_request: int = 256
+    span_log: str | None = None
+    span_log_max_bytes: int = 0
+    warmup_batches: int = 3
+    handler_options: dict[str, str] = field(default_factory=dict)
+    seed: int = 0
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    profile_dir: str | None = None
+    nvtx: bool = False
+    instrumentation: bool = True
+    sample_interval_s: float = 1.0
+    ports_file: str | None = None
+    grace_s: float = 30.0
+
+    def validate(self) -> None:
+        """Raise ValueError naming the flag and a fix."""
+        checks = [
+            (self.max_batch_size >= 1, "--max-batch-size must be at least 1"),
+            (self.max_queue_delay_ms >= 0, "--max-queue-delay-ms must be >= 0"),
+            (self.max_queue_size >= 1, "--max-queue-size must be at least 1"),
+            (self.instances >= 1, "--instances must be at least 1"),
+            (self.pre_threads >= 1, "--pre-threads must be at least 1"),
+            (self.intra_op_threads >= 0, "--intra-op-threads must be >= 0 (0 = all cores)"),
+            (self.max_message_bytes >= 1024, "--max-message-bytes must be at least 1024"),
+            (self.max_items_per_request >= 1, "--max-items-per-request must be at least 1"),
+            (0 <= self.port <= 65535, "--port must be in 0..65535"),
+            (-1 <= self.metrics_port <= 65535, "--metrics-port must be in -1..65535 (-1 disables)"),
+            (bool(self.tls_cert) == bool(self.tls_key), "--tls-cert and --tls-key go together"),
+            (not self.tls_client_ca or bool(self.tls_cert), "--tls-client-ca needs --tls-cert and --tls-key"),
+            (self.sample_interval_s > 0, "--sample-interval-s must be > 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)

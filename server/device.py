@@ -1,0 +1,174 @@
+"""Run one batch on a device, timed per phase.
+
+On CUDA the h2d, kernel and d2h spans come from CUDA events recorded on the
+instance's own stream and read after the batch's single synchronisation; on the
+CPU the kernel span is the wall time of the forward pass and the copies are 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from server.handlers.base import Handler
+
+
+class DeviceOutOfMemory(RuntimeError):
+    """A single item did not fit on the device even alone: RESOURCE_EXHAUSTED."""
+
+
+@dataclass
+class DeviceResult:
+    output: Any
+    h2d_ns: int
+    kernel_ns: int
+    d2h_ns: int
+    splits: int = 0
+
+
+def tree_map(fn: Callable[[Any], Any], batch: Any) -> Any:
+    if isinstance(batch, dict):
+        return {k: tree_map(fn, v) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)) and batch and not isinstance(batch[0], (int, float, bytes)):
+        return type(batch)(tree_map(fn, v) for v in batch)
+    return fn(batch)
+
+
+def batch_rows(batch: Any) -> int:
+    if isinstance(batch, dict):
+        return batch_rows(next(iter(batch.values())))
+    if isinstance(batch, (list, tuple)):
+        return len(batch)
+    return int(batch.shape[0])
+
+
+def resolve_device(name: str) -> str:
+    """``cpu`` | ``cuda`` | ``cuda:N`` | ``auto`` → a concrete device string, or ValueError saying why."""
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {name}: CUDA is not available on this host (use --device cpu or auto)")
+        return name
+    if name != "cpu":
+        raise ValueError(f"--device {name!r}: use cpu, cuda, cuda:N or auto")
+    return name
+
+
+DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+          "float16": "float16", "fp16": "float16"}
+
+
+class DeviceRunner:
+    """One model instance on one device (one CUDA stream per instance)."""
+
+    def __init__(self, handler: Handler, device: str, dtype: str = "float32", nvtx: bool = False) -> None:
+        import torch
+
+        self.handler = handler
+        self.device = torch.device(device)
+        self.is_cuda = self.device.type == "cuda"
+        self.dtype = DTYPES[dtype]
+        self.nvtx = nvtx and self.is_cuda
+        self.model: Any = None
+        self.stream: Any = None
+        self._autocast = self.dtype != "float32" and handler.uses_device
+
+    def place(self, model: Any) -> None:
+        """Move a built model to this runner's device and give it a stream (CUDA)."""
+        import torch
+
+        self.model = model.to(self.device) if model is not None else None
+        if self.is_cuda:
+            self.stream = torch.cuda.Stream(self.device)
+            torch.cuda.synchronize(self.device)
+
+    def prepare(self, batch: Any) -> Any:
+        """Host-side staging done on a pre-processing thread: pinned memory for async copies."""
+        if self.is_cuda and self.handler.uses_device:
+            return tree_map(lambda t: t.pin_memory(), batch)
+        return batch
+
+    @contextlib.contextmanager
+    def _range(self, name: str) -> Iterator[None]:
+        if self.nvtx:
+            import torch
+
+            torch.cuda.nvtx.range_push(name)
+            try:
+                yield
+            finally:
+                torch.cuda.nvtx.range_pop()
+        else:
+            yield
+
+    def _autocast_ctx(self) -> Any:
+        import torch
+
+        if not self._autocast:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=getattr(torch, self.dtype))
+
+    def run(self, batch: Any) -> DeviceResult:
+        import torch
+
+        if not self.handler.uses_device:
+            t0 = time.perf_counter_ns()
+            out = self.handler.forward(self.model, batch)
+            return DeviceResult(out, 0, time.perf_counter_ns() - t0, 0)
+        try:
+            return self._run_cuda(batch) if self.is_cuda else self._run_cpu(batch)
+        except torch.OutOfMemoryError:
+            return self._split_after_oom(batch)
+
+    def _run_cpu(self, batch: Any) -> DeviceResult:
+        import torch
+
+        t0 = time.perf_counter_ns()
+        with torch.inference_mode(), self._autocast_ctx():
+            out = self.handler.forward(self.model, batch)
+        out = out.float() if out.dtype != torch.float32 else out
+        return DeviceResult(out, 0, time.perf_counter_ns() - t0, 0)
+
+    def _run_cuda(self, batch: Any) -> DeviceResult:
+        import torch
+
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        with torch.cuda.stream(self.stream), torch.inference_mode():
+            events[0].record()
+            with self._range("h2d"):
+                dev = tree_map(lambda t: t.to(self.device, non_blocking=True), batch)
+            events[1].record()
+            with self._range("kernel"), self._autocast_ctx():
+                out = self.handler.forward(self.model, dev)
+            events[2].record()
+            with self._range("d2h"):
+                host = torch.empty(out.shape, dtype=torch.float32, pin_memory=True)
+                host.copy_(out, non_blocking=True)
+            events[3].record()
+        events[3].synchronize()
+        ms = [events[i].elapsed_time(events[i + 1]) for i in range(3)]
+        return DeviceResult(host, int(ms[0] * 1e6), int(ms[1] * 1e6), int(ms[2] * 1e6))
+
+    def _split_after_oom(self, batch: Any) -> DeviceResult:
+        import torch
+
+        if self.is_cuda:
+            torch.cuda.empty_cache()
+        rows = batch_rows(batch)
+        if rows <= 1:
+            raise DeviceOutOfMemory("device out of memory on a single item") from None
+        half = rows // 2
+        parts = [self.run(tree_map(lambda t, a=a, b=b: t[a:b], batch)) for a, b in ((0, half), (half, rows))]
+        return DeviceResult(
+            torch.cat([p.output for p in parts]),
+            sum(p.h2d_ns for p in parts),
+            sum(p.kernel_ns for p in parts),
+            sum(p.d2h_ns for p in parts),
+            splits=1 + sum(p.splits for p in parts),
+        )

@@ -1,0 +1,41 @@
+"""Built-in handlers and the ``module:Class`` loader."""
+
+from __future__ import annotations
+
+import importlib
+
+from server.handlers.base import Handler, InvalidInput
+
+BUILTIN = {
+    "null": "server.handlers.null:NullHandler",
+    "tabular": "server.handlers.tabular:TabularHandler",
+    "image": "server.handlers.image:ImageHandler",
+    "text": "server.handlers.text:TextHandler",
+}
+
+
+def resolve_handler_class(spec: str) -> type[Handler]:
+    """``image`` / ``text`` / ``tabular`` / ``null``, or ``package.module:Class`` for a user's handler.
+
+    User handlers are loaded only from an explicit ``module:Class`` path, never guessed.
+    """
+    target = BUILTIN.get(spec, spec)
+    if ":" not in target:
+        names = ", ".join(sorted(BUILTIN))
+        raise ValueError(f"unknown model {spec!r}: use one of {names} or module:Class")
+    module_name, _, class_name = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import handler module {module_name!r}: {exc}") from None
+    cls = getattr(module, class_name, None)
+    if not isinstance(cls, type) or not issubclass(cls, Handler):
+        raise ValueError(f"{target!r} is not a subclass of server.handlers.Handler")
+    return cls
+
+
+def create_handler(spec: str, options: dict[str, str] | None = None, seed: int = 0) -> Handler:
+    return resolve_handler_class(spec)(options=options, seed=seed)
+
+
+__all__ = ["BUILTIN", "Handler", "InvalidInput", "create_handler", "resolve_handler_class"]

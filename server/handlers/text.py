@@ -1,0 +1,141 @@
+"""Text model: UTF-8 → a WordPiece tokenizer (HF tokenizers) → transformer encoder.
+
+The vocabulary is built in code (special tokens, characters with their ``##``
+continuations, and common English words), so any text tokenizes with no download.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from typing import Any
+
+from protos import inference_pb2 as pb
+from server.handlers.base import Handler, InvalidInput, argmax_output
+
+WORDS = tuple(
+    """the of and to in is was for on that with as by at from his her it an be this are which or had
+    not but were have one they their all been has more when who will would there she into other out
+    also time first new some can only after him two these may over its most then years such about
+    state made no used people than where up between many city world during both through year later
+    well under while part being three film since school known each war government national
+    area de team season could day like because series number back life before what four
+    company called name states united work same including then second group several high music
+    family house based around own north however south league found early did university
+    system any against another game members place public much even use include won though
+    model server request latency batch queue device memory copy kernel cost traffic load
+    service cluster node graph image text token vector score label class layer tensor""".split()
+)
+SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
+
+
+def build_tokenizer(max_len: int) -> Any:
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    vocab: dict[str, int] = {}
+    for tok in SPECIALS:
+        vocab[tok] = len(vocab)
+    chars = string.ascii_lowercase + string.digits + string.punctuation
+    for ch in chars:
+        vocab.setdefault(ch, len(vocab))
+        vocab.setdefault("##" + ch, len(vocab))
+    for word in WORDS:
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=64))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])]
+    )
+    tok.enable_truncation(max_length=max_len)
+    return tok
+
+
+class TextHandler(Handler):
+    """Options: ``max_len`` (tokens, default 128), ``layers`` (6), ``d_model`` (384), ``heads`` (6),
+    ``classes`` (2), ``pad`` (``longest`` in the batch, or ``fixed`` to max_len for fixed shapes)."""
+
+    name = "text"
+
+    def __init__(self, options: dict[str, str] | None = None, seed: int = 0) -> None:
+        super().__init__(options, seed)
+        self.max_len = self.int_option("max_len", 128, lo=4, hi=8192)
+        self.layers = self.int_option("layers", 6, hi=96)
+        self.d_model = self.int_option("d_model", 384, lo=8, hi=16384)
+        self.heads = self.int_option("heads", 6, hi=256)
+        self.classes = self.int_option("classes", 2, hi=1 << 16)
+        pad = self.options.get("pad", "longest")
+        if pad not in ("longest", "fixed"):
+            raise ValueError(f"handler option pad={pad!r}: use longest or fixed")
+        if self.d_model % self.heads:
+            raise ValueError(f"handler option d_model={self.d_model} is not divisible by heads={self.heads}")
+        self.pad_fixed = pad == "fixed"
+        self.fixed_shapes = self.pad_fixed
+        self.tokenizer = build_tokenizer(self.max_len)
+        self.vocab_size = self.tokenizer.get_vocab_size()
+
+    def build_model(self) -> Any:
+        import torch
+        from torch import nn
+
+        d, max_len = self.d_model, self.max_len
+
+        class Encoder(nn.Module):
+            def __init__(self, vocab: int, layers: int, heads: int, classes: int) -> None:
+                super().__init__()
+                self.embed = nn.Embedding(vocab, d, padding_idx=0)
+                self.pos = nn.Parameter(torch.randn(1, max_len, d) * 0.02)
+                layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
+                self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+                self.head = nn.Linear(d, classes)
+
+            def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+                x = self.embed(ids) + self.pos[:, : ids.shape[1]]
+                x = self.encoder(x, src_key_padding_mask=~mask)
+                keep = mask.unsqueeze(-1).to(x.dtype)
+                pooled = (x * keep).sum(1) / keep.sum(1).clamp(min=1.0)
+                return self.head(pooled)
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            return Encoder(self.vocab_size, self.layers, self.heads, self.classes).eval()
+
+    def preprocess(self, item: pb.Input) -> Any:
+        import torch
+
+        try:
+            text = item.data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"text is not valid UTF-8 (byte {exc.start}: {exc.reason})") from None
+        if not text.strip():
+            raise InvalidInput("text is empty: send UTF-8 text in Input.data")
+        ids = self.tokenizer.encode(text).ids
+        return torch.tensor(ids, dtype=torch.long)
+
+    def collate(self, items: list[Any]) -> Any:
+        import torch
+
+        width = self.max_len if self.pad_fixed else max(int(t.shape[0]) for t in items)
+        ids = torch.zeros((len(items), width), dtype=torch.long)
+        mask = torch.zeros((len(items), width), dtype=torch.bool)
+        for i, t in enumerate(items):
+            ids[i, : t.shape[0]] = t
+            mask[i, : t.shape[0]] = True
+        return {"ids": ids, "mask": mask}
+
+    def forward(self, model: Any, batch: Any) -> Any:
+        return model(batch["ids"], batch["mask"])
+
+    def postprocess(self, row: Any) -> pb.Output:
+        return argmax_output(row)
+
+    def example_input(self, rng: random.Random, size: int | None = None) -> pb.Input:
+        """Text of about ``size`` bytes (default 400, about 80 tokens)."""
+        target = size or 400
+        words: list[str] = []
+        length = 0
+        while length < target:
+            w = rng.choice(WORDS)
+            words.append(w)
+            length += len(w) + 1
+        return pb.Input(data=" ".join(words)[:target].encode())

@@ -1,0 +1,159 @@
+"""The gRPC servicer (grpc.aio): validation, enqueue, trailers, results."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from protos import inference_pb2 as pb
+from server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
+from server.telemetry.recorder import Recorder
+from server.timing import BATCH_KEY, PHASES, REQUEST_ID_KEY, TIMING_KEY, encode_batch, encode_server_timing
+
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+class Limits:
+    def __init__(self, max_items: int, max_message_bytes: int) -> None:
+        self.max_items = max_items
+        self.max_message_bytes = max_message_bytes
+
+
+def validate_request(request: pb.InferRequest, model: str, limits: Limits) -> tuple[Any, str] | None:
+    """Checks that need no handler. Returns (status code, message) or None when acceptable."""
+    if request.model and request.model != model:
+        return grpc.StatusCode.NOT_FOUND, f"model {request.model!r} is not served here (this server runs {model!r})"
+    n = len(request.inputs)
+    if n == 0:
+        return grpc.StatusCode.INVALID_ARGUMENT, "request has no inputs: add at least one Input"
+    if n > limits.max_items:
+        return (grpc.StatusCode.INVALID_ARGUMENT,
+                f"request has {n} inputs, over the limit of {limits.max_items} (--max-items-per-request)")
+    for i, item in enumerate(request.inputs):
+        if not item.data and not item.features:
+            return grpc.StatusCode.INVALID_ARGUMENT, f"input {i} is empty: set data or features"
+    return None
+
+
+class InferenceServicer:
+    def __init__(
+        self,
+        model: str,
+        requests: RequestQueue,
+        recorder: Recorder | None,
+        limits: Limits,
+        info: Callable[[], pb.ServerInfoResponse],
+        profile: Callable[[int], Any],
+        instrumented: bool = True,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        self.model = model
+        self.requests = requests
+        self.recorder = recorder
+        self.limits = limits
+        self._info = info
+        self._profile = profile
+        self.instrumented = instrumented
+        self.clock = clock
+        self.ready = False
+        self.in_flight = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._anon = 0
+        self._prefix = f"srv{os.getpid()}-"
+
+    def deliver(self, reqs: list[Pending]) -> None:
+        """Called from pipeline threads: one loop wake-up per group of finished requests."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(_resolve_all, reqs)
+
+    def _request_id(self, context: Any) -> tuple[str, str | None]:
+        for key, value in context.invocation_metadata() or ():
+            if key == REQUEST_ID_KEY:
+                if not REQUEST_ID_RE.match(value):
+                    return "invalid", "x-request-id must be 1-128 characters of A-Z a-z 0-9 . _ : -"
+                return value, None
+        self._anon += 1
+        return f"{self._prefix}{self._anon}", None
+
+    def _trailers(self, p: Pending, total_ns: int) -> tuple[tuple[str, str], ...]:
+        if not self.instrumented:
+            return ((REQUEST_ID_KEY, p.request_id),)
+        spans = {phase: p.spans.get(phase, 0) for phase in PHASES}
+        spans["total"] = total_ns
+        return (
+            (TIMING_KEY, encode_server_timing(spans)),
+            (BATCH_KEY, encode_batch(p.batch_id, p.batch_size)),
+            (REQUEST_ID_KEY, p.request_id),
+        )
+
+    async def Infer(self, request: pb.InferRequest, context: Any) -> pb.InferResponse:
+        arrival = self.clock()
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        rid, bad_id = self._request_id(context)
+        p = Pending(rid, request.inputs, arrival)
+        error: tuple[Any, str] | None = None
+        if bad_id:
+            error = (grpc.StatusCode.INVALID_ARGUMENT, bad_id)
+        elif not self.ready:
+            error = (grpc.StatusCode.UNAVAILABLE, "model is loading or warming up; wait for health SERVING")
+        else:
+            error = validate_request(request, self.model, self.limits)
+        if error is None:
+            remaining = context.time_remaining()
+            if remaining is not None:
+                p.deadline_ns = arrival + int(remaining * 1e9)
+            p.future = self._loop.create_future()
+            try:
+                self.requests.put(p)
+            except QueueFull as exc:
+                error = (grpc.StatusCode.RESOURCE_EXHAUSTED, f"{exc}; request shed, retry later")
+            except QueueClosed as exc:
+                error = (grpc.StatusCode.UNAVAILABLE, str(exc))
+        if error is None:
+            self.in_flight += 1
+            try:
+                await p.future
+            finally:
+                self.in_flight -= 1
+            resumed = self.clock()
+            p.spans["post"] = resumed - p.post_start_ns
+        else:
+            resumed = self.clock()
+            p.fail(error[0].name, error[1])
+        total = resumed - arrival
+        if self.recorder is not None:
+            self.recorder.request_done(p, total)
+        trailers = self._trailers(p, total)
+        if p.code != "OK":
+            await context.abort(grpc.StatusCode[p.code], p.message, trailing_metadata=trailers)
+        context.set_trailing_metadata(trailers)
+        return pb.InferResponse(model=self.model, outputs=p.outputs, batch_id=max(0, p.batch_id),
+                                batch_size=p.batch_size)
+
+    async def ServerInfo(self, request: pb.ServerInfoRequest, context: Any) -> pb.ServerInfoResponse:
+        return self._info()
+
+    async def Profile(self, request: pb.ProfileRequest, context: Any) -> pb.ProfileResponse:
+        batches = request.batches or 10
+        try:
+            capture = self._profile(batches)
+        except (RuntimeError, ValueError) as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        done = await asyncio.to_thread(capture.done.wait, 600.0)
+        if not done or capture.error:
+            await context.abort(grpc.StatusCode.INTERNAL, capture.error or "profile capture timed out")
+        return pb.ProfileResponse(trace_path=capture.path, batches=capture.seen)
+
+
+def _resolve_all(reqs: list[Pending]) -> None:
+    for p in reqs:
+        fut = p.future
+        if fut is not None and not fut.done():
+            fut.set_result(None)

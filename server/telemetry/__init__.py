@@ -1,0 +1,1 @@
+"""Server telemetry: Prometheus metrics, samplers, the span log and cold-start timings."""

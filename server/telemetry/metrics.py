@@ -1,0 +1,98 @@
+"""Prometheus metrics of the server, on a registry passed in (never the global one)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from server.timing import PHASES
+
+
+def log_buckets(lo: float = 1e-5, hi: float = 10.0, per_decade: int = 4) -> tuple[float, ...]:
+    """Log-spaced histogram bounds from ``lo`` to ``hi`` seconds (10 µs .. 10 s by default)."""
+    out: list[float] = []
+    v = lo
+    step = 10 ** (1 / per_decade)
+    while v <= hi * 1.0001:
+        out.append(float(f"{v:.3g}"))
+        v *= step
+    return tuple(out)
+
+
+DURATION_BUCKETS = log_buckets()
+BATCH_BUCKETS = tuple(float(2**i) for i in range(11))  # 1 .. 1024 items
+
+
+class ServerMetrics:
+    """Every ``netgain_*`` metric the server exports. GPU gauges exist only when a GPU is sampled."""
+
+    def __init__(self, registry: CollectorRegistry, model: str, device: str) -> None:
+        self.registry = registry
+        self.labels = {"model": model, "device": device.split(":")[0]}
+        lab = ("model", "device")
+        self.request_duration = Histogram(
+            "netgain_request_duration_seconds", "Server total per request (arrival to response).",
+            lab, buckets=DURATION_BUCKETS, registry=registry,
+        )
+        self.phase_duration = Histogram(
+            "netgain_phase_duration_seconds", "Duration of each server phase per request.",
+            (*lab, "phase"), buckets=DURATION_BUCKETS, registry=registry,
+        )
+        self.batch_size = Histogram(
+            "netgain_batch_size_items", "Items per device batch.", lab, buckets=BATCH_BUCKETS, registry=registry,
+        )
+        self.requests = Counter(
+            "netgain_requests", "Requests answered, by gRPC status code.", (*lab, "code"), registry=registry,
+        )
+        self.batches = Counter("netgain_batches", "Device batches run.", lab, registry=registry)
+        self.kernel_seconds = Counter(
+            "netgain_kernel_busy_seconds", "Sum of kernel spans (device busy time from our own events).",
+            lab, registry=registry,
+        )
+        self.kernel_busy = Gauge(
+            "netgain_kernel_busy_ratio", "Kernel busy time over wall time per instance, last interval.",
+            lab, registry=registry,
+        )
+        self.queue_depth = Gauge("netgain_queue_depth_requests", "Requests waiting to be batched.", lab,
+                                 registry=registry)
+        self.in_flight = Gauge("netgain_in_flight_requests", "Requests accepted and not yet answered.", lab,
+                               registry=registry)
+        self.process_cpu = Gauge("netgain_process_cpu_ratio", "Process CPU time over wall time (1.0 = one core).",
+                                 lab, registry=registry)
+        self.thread_cpu = Gauge(
+            "netgain_thread_cpu_ratio", "CPU time over wall time by thread role (1.0 = one core).",
+            (*lab, "role"), registry=registry,
+        )
+        self.cpu_cores = Gauge("netgain_cpu_cores", "CPU cores this process may run on.", lab, registry=registry)
+        self.cold_start = Gauge(
+            "netgain_cold_start_seconds", "Duration of each cold-start phase.", (*lab, "phase"), registry=registry,
+        )
+        self.ready = Gauge("netgain_ready", "1 once the model is loaded and warmed up.", lab, registry=registry)
+        self.info = Gauge(
+            "netgain_server_info", "Constant 1 with the server's configuration as labels.",
+            (*lab, "dtype", "torch", "max_batch_size", "instances"), registry=registry,
+        )
+        self.gpu: GpuGauges | None = None
+
+    def enable_gpu(self) -> GpuGauges:
+        if self.gpu is None:
+            self.gpu = GpuGauges(self.registry, self.labels)
+        return self.gpu
+
+    def phase(self, name: str) -> Histogram:
+        return self.phase_duration.labels(**self.labels, phase=name)
+
+
+class GpuGauges:
+    def __init__(self, registry: CollectorRegistry, labels: dict[str, str]) -> None:
+        lab = (*labels, "gpu")
+        self.utilization = Gauge("netgain_gpu_utilization_ratio",
+                                 "NVML utilization.gpu: share of time any kernel ran.", lab, registry=registry)
+        self.sm_active = Gauge("netgain_gpu_sm_active_ratio",
+                               "GPM SM activity: share of SM cycles busy (finer than utilization).", lab,
+                               registry=registry)
+        self.memory_used = Gauge("netgain_gpu_memory_used_bytes", "GPU memory in use.", lab, registry=registry)
+        self.memory_total = Gauge("netgain_gpu_memory_total_bytes", "GPU memory in all.", lab, registry=registry)
+        self.power = Gauge("netgain_gpu_power_watts", "GPU power draw.", lab, registry=registry)
+
+
+__all__ = ["BATCH_BUCKETS", "DURATION_BUCKETS", "PHASES", "ServerMetrics", "log_buckets"]

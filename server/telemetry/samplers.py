@@ -1,0 +1,189 @@
+"""Periodic samplers: process and per-thread-role CPU, GPU (NVML, GPM), kernel busy ratio.
+
+They run on their own thread and only write gauges; a sampler that fails logs once
+and keeps going. With no GPU, or no NVML, the GPU gauges are never created, so
+they are absent from /metrics rather than reading zero.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from server.telemetry.metrics import ServerMetrics
+
+log = logging.getLogger("netgain.server")
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def thread_role(name: str, tid: int, pid: int) -> str:
+    """Map a thread name (from /proc/self/task/TID/comm) to a role."""
+    if tid == pid:
+        return "frontend"  # main thread: asyncio loop and the gRPC Python handlers
+    for prefix, role in (("netgain-prepost", "prepost"), ("netgain-device", "device"),
+                         ("netgain-batcher", "batcher"), ("netgain-recorder", "telemetry"),
+                         ("netgain-sampler", "telemetry"), ("grpc", "grpc"), ("default-exec", "grpc"),
+                         ("resolver", "grpc"), ("event_engine", "grpc"), ("pt_", "compute")):
+        if name.startswith(prefix):
+            return role
+    return "compute"  # unnamed threads are mostly torch's intra-op (OpenMP) workers
+
+
+def read_thread_cpu(pid: int | None = None) -> dict[str, float]:
+    """CPU seconds used so far, summed by thread role (Linux /proc)."""
+    pid = pid or os.getpid()
+    out: dict[str, float] = {}
+    base = f"/proc/{pid}/task"
+    for entry in os.listdir(base):
+        try:
+            with open(f"{base}/{entry}/comm") as fh:
+                name = fh.read().strip()
+            with open(f"{base}/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue  # thread ended
+        fields = stat.rsplit(")", 1)[1].split()
+        seconds = (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+        role = thread_role(name, int(entry), pid)
+        out[role] = out.get(role, 0.0) + seconds
+    return out
+
+
+class GpuSampler:
+    """NVML readings for one GPU; SM activity from GPM where the GPU supports it (Hopper does)."""
+
+    def __init__(self, index: int) -> None:
+        import pynvml
+
+        self.nvml = pynvml
+        pynvml.nvmlInit()
+        self.index = index
+        self.handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        self._gpm_prev: Any = None
+        self.gpm = False
+        try:
+            self.gpm = bool(pynvml.nvmlGpmQueryDeviceSupport(self.handle).isSupportedDevice)
+        except Exception:
+            self.gpm = False
+
+    def read(self) -> dict[str, float]:
+        n = self.nvml
+        util = n.nvmlDeviceGetUtilizationRates(self.handle)
+        mem = n.nvmlDeviceGetMemoryInfo(self.handle)
+        out = {
+            "utilization": util.gpu / 100.0,
+            "memory_used": float(mem.used),
+            "memory_total": float(mem.total),
+            "power": n.nvmlDeviceGetPowerUsage(self.handle) / 1000.0,
+        }
+        if self.gpm:
+            sm = self._gpm_sm_active()
+            if sm is not None:
+                out["sm_active"] = sm
+        return out
+
+    def _gpm_sm_active(self) -> float | None:
+        n = self.nvml
+        sample = n.nvmlGpmSampleAlloc()
+        n.nvmlGpmSampleGet(self.handle, sample)
+        prev, self._gpm_prev = self._gpm_prev, sample
+        if prev is None:
+            return None
+        req = n.c_nvmlGpmMetricsGet_t()
+        req.version = n.NVML_GPM_METRICS_GET_VERSION
+        req.numMetrics = 1
+        req.sample1 = prev
+        req.sample2 = sample
+        req.metrics[0].metricId = n.NVML_GPM_METRIC_SM_UTIL
+        n.nvmlGpmMetricsGet(req)
+        n.nvmlGpmSampleFree(prev)
+        return float(req.metrics[0].value) / 100.0
+
+
+class Sampler:
+    def __init__(
+        self,
+        metrics: ServerMetrics,
+        instances: int,
+        kernel_ns_total: Callable[[], int],
+        gpu_index: int | None,
+        interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.metrics = metrics
+        self.instances = max(1, instances)
+        self.kernel_ns_total = kernel_ns_total
+        self.interval_s = interval_s
+        self.clock = clock
+        self.gpu: GpuSampler | None = None
+        if gpu_index is not None:
+            try:
+                self.gpu = GpuSampler(gpu_index)
+                metrics.enable_gpu()
+            except Exception as exc:
+                log.warning("GPU metrics disabled: NVML unavailable (%s); install nvidia-ml-py", exc)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="netgain-sampler", daemon=True)
+        self._warned: set[str] = set()
+
+    def start(self) -> None:
+        self.metrics.cpu_cores.labels(**self.metrics.labels).set(len(os.sched_getaffinity(0)))
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5.0)
+
+    def _loop(self) -> None:
+        last_t = self.clock()
+        last_cpu = self._process_cpu()
+        last_roles = read_thread_cpu()
+        last_kernel = self.kernel_ns_total()
+        while not self._stop.wait(self.interval_s):
+            now = self.clock()
+            dt = max(1e-9, now - last_t)
+            m = self.metrics
+            try:
+                cpu = self._process_cpu()
+                m.process_cpu.labels(**m.labels).set((cpu - last_cpu) / dt)
+                roles = read_thread_cpu()
+                for role in set(roles) | set(last_roles):
+                    used = roles.get(role, 0.0) - last_roles.get(role, 0.0)
+                    m.thread_cpu.labels(**m.labels, role=role).set(max(0.0, used) / dt)
+                kernel = self.kernel_ns_total()
+                m.kernel_busy.labels(**m.labels).set((kernel - last_kernel) / 1e9 / dt / self.instances)
+                last_cpu, last_roles, last_kernel = cpu, roles, kernel
+            except Exception as exc:
+                self._warn_once("cpu", exc)
+            if self.gpu is not None and m.gpu is not None:
+                try:
+                    self._publish_gpu(self.gpu.read())
+                except Exception as exc:
+                    self._warn_once("gpu", exc)
+            last_t = now
+
+    def _publish_gpu(self, reading: dict[str, float]) -> None:
+        g = self.metrics.gpu
+        assert g is not None and self.gpu is not None
+        lab = {**self.metrics.labels, "gpu": str(self.gpu.index)}
+        g.utilization.labels(**lab).set(reading["utilization"])
+        g.memory_used.labels(**lab).set(reading["memory_used"])
+        g.memory_total.labels(**lab).set(reading["memory_total"])
+        g.power.labels(**lab).set(reading["power"])
+        if "sm_active" in reading:
+            g.sm_active.labels(**lab).set(reading["sm_active"])
+
+    @staticmethod
+    def _process_cpu() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    def _warn_once(self, what: str, exc: Exception) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning("%s sampler failed (%s); continuing without it", what, exc)
