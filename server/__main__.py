@@ -1,0 +1,23 @@
+"""``python -m server [serve flags]``: the server alone, same flags as ``netgain serve``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from server import cli
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m server")
+    parser.add_argument("--debug", action="store_true")
+    sub = parser.add_subparsers(dest="command")
+    cli.add_parser(sub)
+    args = parser.parse_args(["serve", *sys.argv[1:]])
+    from loadgen.cli import dispatch
+
+    return dispatch(parser, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
