@@ -1,0 +1,120 @@
+"""Live view of a run: a fixed-memory latency histogram, client-side Prometheus metrics, progress lines."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, TextIO
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from server.telemetry.metrics import DURATION_BUCKETS
+
+
+class LogHistogram:
+    """Counts in log-spaced bins (1 % wide, 1 µs .. 1000 s): percentiles within 1 % in fixed memory."""
+
+    LO_NS = 1_000.0
+    GROWTH = 1.01
+
+    def __init__(self) -> None:
+        self.nbins = int(math.log(1e12 / self.LO_NS) / math.log(self.GROWTH)) + 2
+        self.counts = np.zeros(self.nbins, dtype=np.int64)
+        self.total = 0
+
+    def add_many(self, values_ns: np.ndarray) -> None:
+        if values_ns.size == 0:
+            return
+        v = np.maximum(values_ns.astype(np.float64), self.LO_NS)
+        bins = np.minimum((np.log(v / self.LO_NS) / math.log(self.GROWTH)).astype(np.int64) + 1, self.nbins - 1)
+        np.add.at(self.counts, bins, 1)
+        self.total += int(values_ns.size)
+
+    def percentile_ms(self, q: float) -> float:
+        if self.total == 0:
+            return float("nan")
+        rank = math.ceil(q / 100.0 * self.total)
+        b = int(np.searchsorted(np.cumsum(self.counts), max(1, rank)))
+        return self.LO_NS * self.GROWTH ** max(0, b) / 1e6
+
+
+class ClientMetrics:
+    """``netgain_client_*`` metrics served by the master so dashboards show client beside server."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.latency = Histogram("netgain_client_latency_seconds",
+                                 "Latency from the intended send time (coordinated-omission free).",
+                                 buckets=DURATION_BUCKETS, registry=registry)
+        self.send_lag = Histogram("netgain_client_send_lag_seconds", "Actual minus intended send time.",
+                                  buckets=DURATION_BUCKETS, registry=registry)
+        self.requests = Counter("netgain_client_requests", "Requests answered, by status code.", ("code",),
+                                registry=registry)
+        self.dropped = Counter("netgain_client_dropped", "Requests not sent: in-flight cap reached.",
+                               registry=registry)
+        self.target_rps = Gauge("netgain_client_target_rps", "Scheduled request rate.", registry=registry)
+        self.achieved_rps = Gauge("netgain_client_achieved_rps", "Requests sent per second, last interval.",
+                                  registry=registry)
+        self.in_flight = Gauge("netgain_client_in_flight_requests", "Requests sent and not answered.",
+                               registry=registry)
+        self.workers = Gauge("netgain_client_workers", "Workers connected.", registry=registry)
+        self.dropped.inc(0)
+
+
+class LiveStats:
+    def __init__(self, metrics: ClientMetrics | None, out: TextIO = sys.stderr) -> None:
+        self.metrics = metrics
+        self.out = out
+        self.latency = LogHistogram()
+        self.lag = LogHistogram()
+        self.sent = 0
+        self.ok = 0
+        self.errors = 0
+        self.dropped = 0
+        self.in_flight: dict[int, int] = {}
+        self.worker_cpu: dict[int, float] = {}
+        self._last_sent = 0
+
+    def add(self, cols: dict[str, Any]) -> None:
+        status = cols["status"]
+        sched = np.asarray(cols["scheduled_ns"], dtype=np.int64)
+        sent = np.asarray([s if s is not None else -1 for s in cols["sent_ns"]], dtype=np.int64)
+        done = np.asarray([d if d is not None else -1 for d in cols["done_ns"]], dtype=np.int64)
+        answered = done >= 0
+        measured = answered & ~np.asarray(cols["warmup"], dtype=bool)
+        lat = (done - sched)[measured]
+        lag = (sent - sched)[measured]
+        self.latency.add_many(lat)
+        self.lag.add_many(np.maximum(lag, 0))
+        n_ok = sum(1 for s in status if s == "OK")
+        n_drop = sum(1 for s in status if s == "DROPPED")
+        self.ok += n_ok
+        self.dropped += n_drop
+        self.errors += int(answered.sum()) - n_ok
+        self.sent += int(answered.sum())
+        m = self.metrics
+        if m is not None:
+            for v in lat:
+                m.latency.observe(v / 1e9)
+            for v in lag:
+                m.send_lag.observe(max(0, v) / 1e9)
+            for s in status:
+                if s == "DROPPED":
+                    m.dropped.inc()
+                else:
+                    m.requests.labels(code=s).inc()
+
+    def tick(self, elapsed_s: float, total_s: float, target_rps: float, interval_s: float) -> None:
+        achieved = (self.sent - self._last_sent) / max(interval_s, 1e-9)
+        self._last_sent = self.sent
+        if self.metrics is not None:
+            self.metrics.achieved_rps.set(achieved)
+            self.metrics.target_rps.set(target_rps)
+            self.metrics.in_flight.set(sum(self.in_flight.values()))
+        line = (
+            f"[{elapsed_s:6.1f}s/{total_s:.0f}s] target {target_rps:8.1f}/s achieved {achieved:8.1f}/s | "
+            f"p50 {self.latency.percentile_ms(50):7.2f} ms p99 {self.latency.percentile_ms(99):7.2f} ms | "
+            f"ok {self.ok} errors {self.errors} dropped {self.dropped} | "
+            f"send-lag p99 {self.lag.percentile_ms(99):6.2f} ms"
+        )
+        print(line, file=self.out, flush=True)

@@ -1,0 +1,41 @@
+"""Fail fast: check a target answers health and ServerInfo before any load is sent."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from protos import InferenceStub, pb
+from server.cliargs import CliError
+
+
+def channel_for(target: str, tls_ca: str | None = None) -> grpc.Channel:
+    if tls_ca:
+        with open(tls_ca, "rb") as fh:
+            return grpc.secure_channel(target, grpc.ssl_channel_credentials(fh.read()))
+    return grpc.insecure_channel(target)
+
+
+def probe_target(target: str, wait_ready_s: float = 0.0, tls_ca: str | None = None) -> Any:
+    """ServerInfo of ``target`` once its health is SERVING (waiting up to ``wait_ready_s``)."""
+    if ":" not in target:
+        raise CliError(f"--target {target!r}: expected HOST:PORT")
+    deadline = time.monotonic() + wait_ready_s
+    last = ""
+    with channel_for(target, tls_ca) as ch:
+        health = health_pb2_grpc.HealthStub(ch)
+        while True:
+            try:
+                resp = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=3.0)
+                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                    return InferenceStub(ch).ServerInfo(pb.ServerInfoRequest(), timeout=5.0)
+                last = f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)}"
+            except grpc.RpcError as exc:
+                last = f"{exc.code().name}: {exc.details()}"
+            if time.monotonic() >= deadline:
+                raise CliError(f"target {target} is not ready ({last}); is `netgain serve` running there? "
+                               "(--wait-ready-s waits for it)")
+            time.sleep(0.2)

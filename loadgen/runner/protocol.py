@@ -1,0 +1,64 @@
+"""Messages between master and workers (carried by Locust's ZeroMQ/msgpack channel) and record columns."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from server.timing import PHASES
+
+PLAN = "netgain_plan"  # master → worker: the worker's shard and settings
+READY = "netgain_ready"  # worker → master: payloads built, waiting for the epoch
+GO = "netgain_go"  # master → workers: the common epoch (unix ns)
+RECORDS = "netgain_records"  # worker → master: a batch of finished request records
+DONE = "netgain_done"  # worker → master: every request of the shard has its record
+
+PHASE_COLUMNS = tuple(f"{p}_ms" for p in PHASES)
+INT_COLUMNS = ("index", "scheduled_ns", "sent_ns", "done_ns", "request_bytes", "response_bytes", "batch_id")
+RECORD_COLUMNS = (
+    "index", "request_id", "worker", "target", "warmup", "scheduled_ns", "sent_ns", "done_ns", "status",
+    "items", "request_bytes", "response_bytes", "batch_id", "batch_size", *PHASE_COLUMNS, "server_total_ms",
+)
+
+
+@dataclass
+class Plan:
+    run_id: str
+    worker: int
+    workers: int
+    targets: list[str]
+    model: str
+    handler_options: dict[str, str]
+    seed: int
+    mode: str  # "open" or "closed"
+    warmup_ns: int
+    timeout_s: float
+    max_in_flight: int
+    # open loop: this worker's shard of the schedule
+    index: bytes = b""
+    t_ns: bytes = b""
+    size: bytes = b""
+    items: bytes = b""
+    # closed loop
+    concurrency: int = 0
+    think_ms: float = 0.0
+    duration_ns: int = 0
+    tls_ca: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_msg(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_msg(cls, data: dict[str, Any]) -> Plan:
+        return cls(**data)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return (np.frombuffer(self.index, dtype=np.int64), np.frombuffer(self.t_ns, dtype=np.int64),
+                np.frombuffer(self.size, dtype=np.int64), np.frombuffer(self.items, dtype=np.int32))
+
+
+def empty_columns() -> dict[str, list[Any]]:
+    return {c: [] for c in RECORD_COLUMNS}
