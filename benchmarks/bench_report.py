@@ -1,0 +1,133 @@
+"""Time `build_report` + `write_outputs` on synthetic runs of 1M and 10M requests; report peak RSS.
+
+    python benchmarks/bench_report.py --rows 1000000 10000000
+
+Each size is generated once (vectorised) and then measured in a fresh child process, so the
+peak RSS printed is the report's alone. Targets: 1M <= 10 s, 10M <= 60 s and <= 4 GB on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+PHASES = ("queue", "pre", "h2d", "kernel", "d2h", "post")
+
+
+def generate(run: Path, n: int, rate: float = 5000.0, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    duration = n / rate
+    sched = np.sort(rng.uniform(0, duration, n) * 1e9).astype(np.int64)
+    lag = rng.exponential(0.05, n)
+    ph = {
+        p: rng.lognormal(np.log(m), 0.3, n)
+        for p, m in zip(PHASES, (1.0, 2.0, 0.2, 4.0, 0.1, 0.5), strict=True)
+    }
+    ph["kernel"][rng.random(n) < 0.02] += 30.0
+    total = sum(ph.values())
+    sent = sched + (lag * 1e6).astype(np.int64)
+    done = sent + ((total + rng.exponential(0.3, n)) * 1e6).astype(np.int64)
+    err = rng.random(n) < 0.001
+    status = pa.DictionaryArray.from_arrays(pa.array(err.astype(np.int32)), pa.array(["OK", "UNAVAILABLE"]))
+    cols = {
+        "index": pa.array(np.arange(n)),
+        "request_id": pc.cast(pa.array(np.arange(n)), pa.string()),
+        "worker": pa.array((np.arange(n) % 8).astype(np.int32)),
+        "warmup": pa.array(sched < 0.05 * duration * 1e9),
+        "scheduled_ns": pa.array(sched),
+        "sent_ns": pa.array(sent),
+        "done_ns": pa.array(done),
+        "status": status,
+        "items": pa.array(np.ones(n, np.int32)),
+        "batch_id": pa.array(np.arange(n) // 4),
+        "batch_size": pa.array(rng.integers(1, 9, n).astype(np.int32)),
+        **{f"{p}_ms": pa.array(v) for p, v in ph.items()},
+        "server_total_ms": pa.array(total),
+    }
+    pq.write_table(pa.table(cols), run / "requests.parquet", row_group_size=1 << 20)
+    t = np.arange(0.0, duration, 1.0)
+    k = len(t)
+    samples = pa.table(
+        {
+            "t_s": np.tile(t, 3),
+            "source": ["server:x"] * (3 * k),
+            "metric": ["netgain_gpu_utilization_ratio"] * k
+            + ["netgain_thread_cpu_ratio"] * k
+            + ["netgain_queue_depth_requests"] * k,
+            "labels": [""] * k + ["role=prepost"] * k + [""] * k,
+            "value": np.concatenate([np.full(k, 0.6), np.full(k, 0.7), np.full(k, 3.0)]),
+        }
+    )
+    pq.write_table(samples, run / "samples.parquet")
+    meta = {
+        "schema": 1,
+        "run_id": f"bench{n}",
+        "config": {
+            "rate": rate,
+            "duration_s": 0.95 * duration,  # excludes the warm-up, as netgain load writes it
+            "warmup_s": 0.05 * duration,
+            "max_send_lag_ms": 5.0,
+            "price_per_hour": 2.0,
+            "slo_p99_ms": 100.0,
+        },
+        "server": {"device": "cuda", "model": "image", "cold_start": [{"name": "ready", "at_s": 12.0}]},
+        "trace": {"digest": "b" * 64, "duration_s": duration, "requests": n, "mean_rate": rate},
+        "validity": {"valid": True, "reasons": []},
+        "counts": {"dropped": 0},
+    }
+    (run / "meta.json").write_text(json.dumps(meta))
+
+
+def measure(run: Path) -> dict[str, float]:
+    from loadgen.analysis import build_report, write_outputs
+
+    t0 = time.perf_counter()
+    report = build_report(run)
+    t1 = time.perf_counter()
+    write_outputs(report, run)
+    t2 = time.perf_counter()
+    rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"build_s": t1 - t0, "write_s": t2 - t1, "total_s": t2 - t0, "peak_rss_mb": rss_kb / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, nargs="+", default=[1_000_000])
+    ap.add_argument("--measure", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.measure:
+        print(json.dumps(measure(Path(args.measure))))
+        return
+    print(f"cpus {os.cpu_count()}  python {sys.version.split()[0]}")
+    print(f"{'rows':>12} {'generate s':>11} {'build s':>8} {'write s':>8} {'total s':>8} {'peak RSS MB':>12}")
+    for n in args.rows:
+        with tempfile.TemporaryDirectory() as tmp:
+            run = Path(tmp)
+            g0 = time.perf_counter()
+            generate(run, n)
+            gen_s = time.perf_counter() - g0
+            out = subprocess.run(
+                [sys.executable, __file__, "--measure", str(run)], check=True, capture_output=True, text=True
+            ).stdout
+            m = json.loads(out.strip().splitlines()[-1])
+            print(
+                f"{n:>12} {gen_s:>11.1f} {m['build_s']:>8.2f} {m['write_s']:>8.2f} {m['total_s']:>8.2f} "
+                f"{m['peak_rss_mb']:>12.0f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

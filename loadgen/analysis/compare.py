@@ -1,0 +1,174 @@
+"""Baseline vs treatment: refuse different traffic, ratios with confidence intervals, the verdict."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from loadgen.analysis.rundir import AnalysisError
+from loadgen.analysis.stats import interval
+from loadgen.analysis.summary import RunResult
+
+
+def traffic_differences(base: dict[str, Any], treat: dict[str, Any]) -> list[str]:
+    """What differs between the two runs' traffic (trace digest, arrival/rate, payload model, model)."""
+    diffs: list[str] = []
+    bt, tt = base.get("trace") or {}, treat.get("trace") or {}
+    if not bt.get("digest") or not tt.get("digest"):
+        diffs.append("a trace digest is missing from meta.json, so identical traffic cannot be verified")
+    elif bt["digest"] != tt["digest"]:
+        diffs.append(f"trace digest differs ({str(bt['digest'])[:12]} vs {str(tt['digest'])[:12]})")
+    bc, tc = base.get("config") or {}, treat.get("config") or {}
+    for key in ("arrival", "rate", "mode", "concurrency", "payload", "payloads"):
+        if bc.get(key) != tc.get(key):
+            diffs.append(f"config.{key} differs ({bc.get(key)!r} vs {tc.get(key)!r})")
+    for key in ("source", "mean_rate", "requests"):
+        if bt.get(key) != tt.get(key):
+            diffs.append(f"trace.{key} differs ({bt.get(key)!r} vs {tt.get(key)!r})")
+    bm, tm = (base.get("server") or {}).get("model"), (treat.get("server") or {}).get("model")
+    if bm != tm:
+        diffs.append(f"server model differs ({bm!r} vs {tm!r})")
+    return diffs
+
+
+def check_comparable(base: dict[str, Any], treat: dict[str, Any], force: bool) -> list[str]:
+    diffs = traffic_differences(base, treat)
+    if diffs and not force:
+        raise AnalysisError(
+            "refusing to compare runs with different traffic: "
+            + "; ".join(diffs)
+            + " (replay the same --trace on both, or pass --force)"
+        )
+    return diffs
+
+
+def _ratio_ci(num: np.ndarray, den: np.ndarray, scale: float = 1.0) -> list[float] | None:
+    m = min(len(num), len(den))
+    if m == 0:
+        return None
+    d = den[:m]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = scale * num[:m] / d
+    r = r[np.isfinite(r)]
+    return interval(r)
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def maintainability(treat: dict[str, Any], base: dict[str, Any]) -> list[str]:
+    tv = (treat.get("versions") or {}).get("server") or {}
+    tdev = str((treat.get("server") or {}).get("device") or "")
+    bdev = str((base.get("server") or {}).get("device") or "")
+    if not tdev.startswith("cuda") or bdev.startswith("cuda"):
+        return []
+    return [
+        f"CUDA {tv.get('cuda') or 'unknown'} and driver {tv.get('driver') or 'unknown'} must be pinned "
+        f"together with torch {tv.get('torch') or 'unknown'}; every upgrade is a three-way "
+        "compatibility check",
+        f"a second deployment target to build, patch and capacity-plan (GPU nodes, {tv.get('gpu') or 'GPU'} "
+        "images with the NVIDIA runtime) beside the CPU one",
+        "harder local development and debugging: developers without a GPU test a different code path",
+        f"GPU cold start {treat.get('_cold_start_s', 'n/a')} s per scale-up (process start to ready)",
+    ]
+
+
+def effective_cost(r: dict[str, Any]) -> float | None:
+    """Cost per 1k under the autoscaling replay (cold start and idle included), else steady."""
+    auto = (r.get("cost") or {}).get("autoscale") or {}
+    return auto.get("cost_per_1k") if auto.get("cost_per_1k") is not None else r.get("cost_per_1k")
+
+
+def compare(
+    base: RunResult, treat: RunResult, *, slo_p99_ms: float | None, diffs: list[str]
+) -> dict[str, Any]:
+    b, t = base.report, treat.report
+    bp = (b.get("cost") or {}).get("price_per_hour")
+    tp = (t.get("cost") or {}).get("price_per_hour")
+    price_ratio = tp / bp if tp is not None and bp else None
+    ratios: dict[str, Any] = {
+        "p99": {
+            "value": _div(t["latency_ms"]["p99"], b["latency_ms"]["p99"]),
+            "ci": _ratio_ci(treat.p99_draws, base.p99_draws),
+        },
+        "p50": {"value": _div(t["latency_ms"]["p50"], b["latency_ms"]["p50"]), "ci": None},
+        "throughput": {
+            "value": _div(t["throughput_rps"], b["throughput_rps"]),
+            "ci": _ratio_ci(treat.thr_draws, base.thr_draws),
+        },
+        # cost ratio = (price_t / price_b) * (thr_b / thr_t): its uncertainty is the throughputs'
+        "cost_per_1k": {
+            "value": _div(t["cost"]["cost_per_1k_measured"], b["cost"]["cost_per_1k_measured"]),
+            "ci": _ratio_ci(base.thr_draws, treat.thr_draws, price_ratio) if price_ratio else None,
+        },
+        "cost_per_1k_autoscaled": {"value": _div(effective_cost(t), effective_cost(b)), "ci": None},
+    }
+    reasons: list[str] = []
+    ok = True
+    for name, r in (("baseline", b), ("treatment", t)):
+        if not r["valid"]:
+            ok = False
+            reasons.append(f"{name} run is INVALID ({'; '.join(r['invalid_reasons'])}): not evidence")
+    cb, ct = effective_cost(b), effective_cost(t)
+    if cb is None or ct is None:
+        ok = False
+        reasons.append("cost per 1k unknown on a side: pass --price-per-hour and --baseline-price-per-hour")
+    elif ct < cb:
+        ci = ratios["cost_per_1k"]["ci"]
+        sure = f", 95% CI of the steady ratio [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
+        reasons.append(
+            f"cost per 1k with cold start and idle: treatment {ct:.6f} < baseline {cb:.6f} "
+            f"(x{ct / cb:.3f}{sure})"
+        )
+        if ci and ci[1] >= 1.0:
+            reasons.append("the cost advantage is within the noise of the throughput measurements")
+    else:
+        ok = False
+        reasons.append(f"cost per 1k with cold start and idle: treatment {ct:.6f} >= baseline {cb:.6f}")
+    tp99, bp99 = t["latency_ms"]["p99"], b["latency_ms"]["p99"]
+    b_hi = (b.get("latency_ci_ms") or {}).get("p99")
+    allowed = (
+        max(x for x in (slo_p99_ms, b_hi[1] if b_hi else bp99, bp99) if x is not None)
+        if bp99 is not None
+        else slo_p99_ms
+    )
+    if tp99 is None or allowed is None:
+        ok = False
+        reasons.append("p99 unknown on a side: no successful requests")
+    elif tp99 <= allowed:
+        reasons.append(
+            f"treatment p99 {tp99:.3f} ms <= allowed {allowed:.3f} ms "
+            f"(max of SLO {slo_p99_ms} and baseline p99 upper CI)"
+        )
+    else:
+        ok = False
+        reasons.append(
+            f"treatment p99 {tp99:.3f} ms > allowed {allowed:.3f} ms "
+            f"(max of SLO {slo_p99_ms} and baseline p99 upper CI)"
+        )
+    auto_t = (t.get("cost") or {}).get("autoscale") or {}
+    if auto_t.get("slo_violation_s"):
+        reasons.append(
+            f"treatment under autoscaling misses capacity for {auto_t['slo_violation_s']:g} s "
+            f"during scale-up (cold start {auto_t.get('cold_start_s')} s)"
+        )
+    if diffs:
+        reasons.append("FORCED comparison despite different traffic: " + "; ".join(diffs))
+    tmeta = dict(treat.meta)
+    tmeta["_cold_start_s"] = t.get("cold_start_s")
+    return {
+        "baseline": b,
+        "treatment": t,
+        "ratios": ratios,
+        "verdict": {
+            "net_gain": ok,
+            "reasons": reasons,
+            "allowed_p99_ms": allowed,
+            "cost_per_1k_baseline": cb,
+            "cost_per_1k_treatment": ct,
+        },
+        "maintainability": maintainability(tmeta, base.meta),
+        "traffic_differences": diffs,
+    }

@@ -1,0 +1,176 @@
+"""build_report: one run, a rate sweep, or baseline vs treatment → the report dict (report.json)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from loadgen.analysis import compare as cmp
+from loadgen.analysis.cost import capacity_from_points
+from loadgen.analysis.rundir import AnalysisError, load_meta
+from loadgen.analysis.summary import analyze
+
+REPORT_FILES = ("report.json", "report.md", "report.html")
+
+
+def sweep_points(
+    run_dirs: list[str | Path], *, slo_p99_ms: float | None = None, warmup_s: float | None = None
+) -> list[dict[str, Any]]:
+    """One summary point per run of a rate (or batch-size) sweep."""
+    points = []
+    for d in run_dirs:
+        r = analyze(d, slo_p99_ms=slo_p99_ms, warmup_s=warmup_s, bootstrap=0).report
+        points.append(
+            {
+                "run_dir": str(d),
+                "offered_rps": r["offered_rps"],
+                "throughput_rps": r["throughput_rps"],
+                "p99_ms": r["latency_ms"]["p99"],
+                "error_rate": r["error_rate"],
+                "valid": r["valid"],
+                "batch_size_mean": r["batch_size_mean"],
+                "device": r["device"],
+            }
+        )
+    return points
+
+
+def capacity_at_slo(
+    run_dirs: list[str | Path],
+    *,
+    slo_p99_ms: float | None = None,
+    max_error_rate: float | None = None,
+    warmup_s: float | None = None,
+) -> dict[str, Any]:
+    """Per-replica capacity at the SLO from several runs at different rates: the best valid throughput."""
+    if not run_dirs:
+        raise AnalysisError("capacity at SLO needs at least one run directory")
+    if slo_p99_ms is None:
+        slo_p99_ms = (load_meta(run_dirs[0]).get("config") or {}).get("slo_p99_ms")
+    points = sweep_points(run_dirs, slo_p99_ms=slo_p99_ms, warmup_s=warmup_s)
+    out = capacity_from_points(points, slo_p99_ms, max_error_rate)
+    out["points"] = points
+    return out
+
+
+def build_report(
+    run_dir: str | Path,
+    *,
+    baseline_dir: str | Path | None = None,
+    price_per_hour: float | None = None,
+    baseline_price_per_hour: float | None = None,
+    slo_p99_ms: float | None = None,
+    span_log: str | Path | None = None,
+    bootstrap: int = 200,
+    seed: int = 0,
+    force: bool = False,
+    warmup_s: float | None = None,
+    sweep_dirs: list[str | Path] | None = None,
+    baseline_sweep_dirs: list[str | Path] | None = None,
+    capacity_rps: float | None = None,
+    min_replicas: int = 1,
+    scale_down_after_s: float = 60.0,
+) -> dict[str, Any]:
+    """The full report for ``run_dir`` (the treatment when ``baseline_dir`` is given).
+
+    Prices and the SLO default to each run's meta.json config. Raises AnalysisError (a CliError)
+    for unreadable runs and for comparisons of different traffic unless ``force``.
+    """
+    if bootstrap < 0:
+        raise AnalysisError("--bootstrap must be >= 0")
+    for name, v in (
+        ("price per hour", price_per_hour),
+        ("baseline price per hour", baseline_price_per_hour),
+        ("SLO p99", slo_p99_ms),
+        ("capacity", capacity_rps),
+    ):
+        if v is not None and (not math.isfinite(v) or v <= 0):
+            raise AnalysisError(f"{name} must be a positive number, got {v}")
+    tmeta = load_meta(run_dir)
+    bmeta = load_meta(baseline_dir) if baseline_dir is not None else None
+    diffs = cmp.check_comparable(bmeta, tmeta, force) if bmeta is not None else []
+    slo = slo_p99_ms if slo_p99_ms is not None else (tmeta.get("config") or {}).get("slo_p99_ms")
+    if slo is None and bmeta is not None:
+        slo = (bmeta.get("config") or {}).get("slo_p99_ms")
+    sweep = capacity_at_slo(sweep_dirs, slo_p99_ms=slo, warmup_s=warmup_s) if sweep_dirs else None
+    cap = capacity_rps or (sweep or {}).get("capacity_rps")
+    common: dict[str, Any] = {
+        "slo_p99_ms": slo,
+        "warmup_s": warmup_s,
+        "bootstrap": bootstrap,
+        "min_replicas": min_replicas,
+        "scale_down_after_s": scale_down_after_s,
+    }
+    treat = analyze(
+        run_dir, price_per_hour=price_per_hour, span_log=span_log, seed=seed, capacity_rps=cap, **common
+    )
+    report: dict[str, Any] = dict(treat.report)
+    report["slo_p99_ms"] = slo
+    if sweep is not None:
+        report["sweep"] = sweep
+    if bmeta is not None and baseline_dir is not None:
+        bsweep = (
+            capacity_at_slo(baseline_sweep_dirs, slo_p99_ms=slo, warmup_s=warmup_s)
+            if baseline_sweep_dirs
+            else None
+        )
+        base = analyze(
+            baseline_dir,
+            price_per_hour=baseline_price_per_hour,
+            seed=seed + 1,
+            capacity_rps=(bsweep or {}).get("capacity_rps"),
+            **common,
+        )
+        if bsweep is not None:
+            base.report["sweep"] = bsweep
+        report.update(cmp.compare(base, treat, slo_p99_ms=slo, diffs=diffs))
+        report["comparison"] = True
+        report["warnings"] = [*report["warnings"], *(f"baseline: {w}" for w in base.report["warnings"])]
+    else:
+        report["comparison"] = False
+    return report
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def clean(o: Any) -> Any:
+    """NaN and infinities become null: report.json stays strict JSON."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {str(k): clean(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [clean(v) for v in o]
+    if hasattr(o, "item") and not hasattr(o, "__len__"):
+        return clean(o.item())
+    return o
+
+
+def to_json(report: dict[str, Any]) -> str:
+    return json.dumps(clean(report), indent=1, default=_json_default, allow_nan=False)
+
+
+def write_outputs(report: dict[str, Any], run_dir: str | Path) -> list[Path]:
+    """Write report.json, report.md and report.html into ``run_dir``; return their paths."""
+    from loadgen.analysis.render_html import render_html
+    from loadgen.analysis.render_text import render_markdown
+
+    out = Path(run_dir)
+    paths = [out / name for name in REPORT_FILES]
+    try:
+        paths[0].write_text(to_json(report) + "\n")
+        paths[1].write_text(render_markdown(report))
+        paths[2].write_text(render_html(report))
+    except OSError as exc:
+        raise AnalysisError(
+            f"cannot write the report into {str(out)!r} ({exc}): check its permissions"
+        ) from None
+    return paths

@@ -1,0 +1,291 @@
+"""One run directory → its report section (the numbers), plus bootstrap draws kept for comparisons."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadgen.analysis import bottleneck as bn
+from loadgen.analysis import cost, stats
+from loadgen.analysis.rundir import (
+    PHASES,
+    AnalysisError,
+    join_span_log,
+    load_meta,
+    load_requests,
+    load_samples,
+)
+from loadgen.analysis.tail import BAND, attribute, phase_matrix
+
+PLOT_METRICS = (
+    "netgain_gpu_utilization_ratio",
+    "netgain_gpu_sm_active_ratio",
+    "netgain_kernel_busy_ratio",
+    "netgain_process_cpu_ratio",
+    "netgain_thread_cpu_ratio",
+    "netgain_queue_depth_requests",
+)
+
+
+@dataclass
+class RunResult:
+    report: dict[str, Any]
+    p99_draws: np.ndarray = field(default_factory=lambda: np.empty(0))
+    thr_draws: np.ndarray = field(default_factory=lambda: np.empty(0))
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _cfg(meta: dict[str, Any]) -> dict[str, Any]:
+    return meta.get("config") or {}
+
+
+def window(meta: dict[str, Any], scheduled_s: np.ndarray, warmup_s: float | None) -> tuple[float, float]:
+    """[start, end) of the measured window (s since the epoch): after warm-up, to the schedule's end.
+
+    `netgain load` schedules warmup_s + duration_s seconds (config.duration_s excludes the
+    warm-up); trace.duration_s is only the last arrival's time, so it is the fallback.
+    """
+    cfg, trace = _cfg(meta), meta.get("trace") or {}
+    cfg_warm = float(cfg.get("warmup_s") or 0.0)
+    start = float(warmup_s) if warmup_s is not None else cfg_warm
+    if cfg.get("duration_s"):
+        end = cfg_warm + float(cfg["duration_s"])
+    elif trace.get("duration_s"):
+        end = float(trace["duration_s"])
+    else:
+        end = float(scheduled_s.max()) if len(scheduled_s) else start
+    if end <= start:
+        raise AnalysisError(
+            f"the warm-up ({start:g} s) leaves no measured window (the schedule ends at {end:g} s): "
+            "lower --warmup-s"
+        )
+    return start, end
+
+
+def analyze(
+    run_dir: str | Path,
+    *,
+    price_per_hour: float | None = None,
+    slo_p99_ms: float | None = None,
+    warmup_s: float | None = None,
+    span_log: str | Path | None = None,
+    bootstrap: int = 200,
+    seed: int = 0,
+    capacity_rps: float | None = None,
+    min_replicas: int = 1,
+    scale_down_after_s: float = 60.0,
+) -> RunResult:
+    meta = load_meta(run_dir)
+    cfg = _cfg(meta)
+    price = price_per_hour if price_per_hour is not None else cfg.get("price_per_hour")
+    slo = slo_p99_ms if slo_p99_ms is not None else cfg.get("slo_p99_ms")
+    req = load_requests(run_dir, warmup_s=warmup_s, with_ids=span_log is not None)
+    warnings: list[str] = []
+    if span_log is not None:
+        j = join_span_log(req, span_log)
+        if j["unmatched_spans"] or j["unmatched_requests"]:
+            warnings.append(
+                f"span log join: {j['unmatched_requests']} sent request(s) without a server span, "
+                f"{j['unmatched_spans']} span(s) without a client row"
+            )
+        req.request_id = None
+    t0, t1 = window(meta, req.scheduled_s, warmup_s)
+    measured = ~req.warmup
+    ok_all = req.status_mask("OK")
+    ok = measured & ok_all & ~np.isnan(req.latency_ms)
+    rng = np.random.default_rng(seed)
+
+    # status counts over the measured window; dropped counted over the whole run
+    counts = np.bincount(req.status_code[measured], minlength=len(req.status_names))
+    statuses = {name: int(c) for name, c in zip(req.status_names, counts, strict=True) if c}
+    n_measured = int(measured.sum())
+    n_ok = statuses.get("OK", 0)
+    errors = {k: v for k, v in statuses.items() if k != "OK"}
+    dropped = max(int(req.status_mask("DROPPED").sum()), int((meta.get("counts") or {}).get("dropped") or 0))
+
+    lat_sorted = np.sort(req.latency_ms[ok])
+    latency = stats.summarize(lat_sorted)
+    latency["mean"] = float(lat_sorted.mean()) if len(lat_sorted) else None
+    p99_draws = stats.bootstrap_quantile(lat_sorted, 0.99, bootstrap, rng)
+    latency_ci = {"p99": stats.interval(p99_draws), "draws": len(p99_draws), "confidence": 0.95}
+    enough = {"p99": stats.enough_samples(lat_sorted, 0.99), "p999": stats.enough_samples(lat_sorted, 0.999)}
+    for k, e in enough.items():
+        if not e["enough"]:
+            warnings.append(
+                f"{e['n']} successful requests cannot bound {k} at 95% confidence "
+                f"(needs >= {e['min_samples']}): run longer or at a higher rate"
+            )
+
+    sent = measured & ~np.isnan(req.send_lag_ms)
+    lag_sorted = np.sort(req.send_lag_ms[sent])
+    send_lag = stats.summarize(lag_sorted)
+    service = stats.summarize(np.sort(req.service_ms[ok]))
+
+    dur = max(t1 - t0, 1e-9)
+    thr = n_ok / dur
+    bins = np.bincount(
+        np.clip((req.scheduled_s[ok] - t0).astype(np.int64), 0, None), minlength=max(1, int(np.ceil(dur)))
+    )[: max(1, int(np.ceil(dur)))]
+    thr_draws = stats.bootstrap_rate(bins.astype(np.float64), 1.0, bootstrap, rng)
+    # scale the per-second-bin bootstrap so its centre is the exact throughput (partial last bin)
+    if len(thr_draws) and bins.mean() > 0:
+        thr_draws = thr_draws * (thr / bins.mean())
+    error_rate = (n_measured - n_ok) / n_measured if n_measured else None
+
+    cols = phase_matrix(
+        {p: req.phases[p][ok] for p in PHASES},
+        req.server_total_ms[ok],
+        req.service_ms[ok],
+        req.send_lag_ms[ok],
+    )
+    phases_ms = {p: stats.phase_stats(v) for p, v in cols.items()}
+    phases_ms["server_total"] = stats.phase_stats(req.server_total_ms[ok])
+    phases_ms["service"] = service
+    n_lat = len(lat_sorted)
+    band = (
+        (float(lat_sorted[stats.rank(n_lat, BAND[0])]), float(lat_sorted[stats.rank(n_lat, BAND[1])]))
+        if n_lat
+        else (0.0, 0.0)
+    )
+    tail = attribute(
+        req.latency_ms[ok], cols, req.batch_size[ok], {"p99": latency["p99"], "p999": latency["p999"]}, band
+    )
+    del cols
+
+    samples = load_samples(run_dir)
+    if samples is None:
+        warnings.append("no samples.parquet: GPU/CPU utilization and the bottleneck kind are unknown")
+    ser = bn.series(samples, t0, t1)
+    gpu, cpu, queue = bn.summarize_resources(ser, meta, dur)
+    max_lag = float(cfg.get("max_send_lag_ms") or 5.0)
+    device = str((meta.get("server") or {}).get("device") or "unknown")
+    bott = bn.classify(
+        gpu,
+        cpu,
+        queue,
+        device=device,
+        send_lag_p99_ms=send_lag["p99"],
+        max_send_lag_ms=max_lag,
+        dropped=dropped,
+    )
+
+    # validity: the load generator's own verdict, then ours
+    validity = meta.get("validity") or {}
+    reasons = [str(r) for r in validity.get("reasons") or []]
+    if validity.get("valid") is False and not reasons:
+        reasons.append("meta.json marks the run invalid")
+    if send_lag["p99"] is not None and send_lag["p99"] > max_lag:
+        reasons.append(
+            f"send lag p99 {send_lag['p99']:.3f} ms > max_send_lag_ms {max_lag:g}: "
+            "the load generator fell behind its schedule"
+        )
+    if dropped:
+        reasons.append(
+            f"{dropped} request(s) dropped at the in-flight cap: raise --max-in-flight or add workers"
+        )
+    valid = validity.get("valid") is not False and not reasons
+
+    slo_held = None if slo is None or latency["p99"] is None else bool(latency["p99"] <= slo)
+    max_err = cfg.get("max_error_rate")
+    if slo_held and max_err is not None and error_rate is not None and error_rate > max_err:
+        slo_held = False
+        warnings.append(f"error rate {error_rate:.4f} > max_error_rate {max_err}")
+    steady = cost.cost_per_1k(price, thr)
+    cost_note = None
+    if price is None:
+        cost_note = "no price: pass --price-per-hour (or set config.price_per_hour)"
+    elif slo is None:
+        cost_note = "no SLO given: cost is at the measured throughput, latency objective unchecked"
+    elif not slo_held:
+        cost_note = f"p99 {latency['p99']} ms misses the SLO {slo} ms: no cost at SLO for this run"
+        steady = None
+    cold = cost.cold_start_s(meta)
+    rate = cost.arrival_rate(req.scheduled_s, 1.0, t1)
+    cap = capacity_rps if capacity_rps else (thr if thr > 0 else None)
+    auto = None
+    if cap:
+        auto = cost.autoscale(
+            rate,
+            capacity_rps=cap,
+            cold_start_s=cold or 0.0,
+            price_per_hour=price,
+            min_replicas=min_replicas,
+            scale_down_after_s=scale_down_after_s,
+        )
+        auto["capacity_source"] = (
+            "given (rate sweep or --capacity-rps)"
+            if capacity_rps
+            else "this run's successful throughput (a lower bound on capacity)"
+        )
+    drift = stats.drift(req.latency_ms[ok], req.scheduled_s[ok])
+    if drift["ratio"] is not None and not 0.8 <= drift["ratio"] <= 1.25:
+        warnings.append(
+            f"median latency drifted x{drift['ratio']:.2f} from the first to the second half: "
+            "not steady state (longer warm-up, or a growing queue)"
+        )
+    q_idx = np.linspace(0, n_lat - 1, min(n_lat, 300)).astype(np.int64) if n_lat else np.zeros(0, np.int64)
+
+    report: dict[str, Any] = {
+        "schema": 1,
+        "run_dir": str(run_dir),
+        "run_id": meta.get("run_id"),
+        "device": device,
+        "model": (meta.get("server") or {}).get("model"),
+        "latency_ms": latency,
+        "latency_ci_ms": latency_ci,
+        "enough_samples": enough,
+        "service_ms": service,
+        "throughput_rps": thr,
+        "throughput_ci_rps": stats.interval(thr_draws),
+        "offered_rps": float(len(req.scheduled_s[measured]) / dur),
+        "errors": errors,
+        "batch_size_mean": float(np.nanmean(req.batch_size[ok]))
+        if np.any(~np.isnan(req.batch_size[ok]))
+        else None,
+        "statuses": statuses,
+        "error_rate": error_rate,
+        "send_lag_ms": send_lag,
+        "phases_ms": phases_ms,
+        "tail": tail,
+        "gpu": gpu,
+        "cpu": cpu,
+        "queue": queue,
+        "cold_start_s": cold,
+        "cold_start": (meta.get("server") or {}).get("cold_start") or [],
+        "cost_per_1k": steady,
+        "cost": {
+            "price_per_hour": price,
+            "slo_p99_ms": slo,
+            "slo_held": slo_held,
+            "note": cost_note,
+            "cost_per_1k_measured": cost.cost_per_1k(price, thr),
+            "autoscale": auto,
+        },
+        "bottleneck": bott,
+        "valid": valid,
+        "invalid_reasons": reasons,
+        "warnings": [f"INVALID: {r}" for r in reasons] + warnings,
+        "window_s": {"start": t0, "end": t1, "duration": dur},
+        "counts": {
+            "rows": req.n,
+            "measured": n_measured,
+            "ok": n_ok,
+            "dropped": dropped,
+            "warmup": int(req.warmup.sum()),
+        },
+        "drift": drift,
+        "join": req.join or None,
+        "config": {
+            k: cfg.get(k) for k in ("arrival", "rate", "duration_s", "warmup_s", "mode", "max_send_lag_ms")
+        },
+        "trace": meta.get("trace") or {},
+        "versions": meta.get("versions") or {},
+        "series": {
+            "latency_cdf": [[float(i + 1) / max(n_lat, 1), float(lat_sorted[i])] for i in q_idx],
+            "utilization": bn.timeseries(ser, PLOT_METRICS),
+        },
+    }
+    return RunResult(report=report, p99_draws=p99_draws, thr_draws=thr_draws, meta=meta)

@@ -1,0 +1,122 @@
+"""Tail attribution: which phase makes slow requests slow.
+
+A request's latency splits exactly into send_lag + network + server phases (+ ``other``,
+the server total not covered by a named phase). For the requests at or above p99 (and
+p99.9) we take each phase's mean, its share of their mean latency, and its *excess* over
+the typical request (mean of the requests between p45 and p55). The phase with the largest
+excess is ``dominant``: it is the one to fix, even when another phase is larger in both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from loadgen.analysis.rundir import PHASES
+
+TAIL_PHASES = (*PHASES, "network", "send_lag", "other")
+BAND = (0.45, 0.55)
+
+
+def phase_matrix(
+    phases: dict[str, np.ndarray],
+    server_total_ms: np.ndarray,
+    service_ms: np.ndarray,
+    send_lag_ms: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """All attribution phases for the given rows (arrays already subset)."""
+    named = np.zeros_like(service_ms)
+    for p in PHASES:
+        named += np.nan_to_num(phases[p])
+    out = {p: phases[p] for p in PHASES}
+    out["network"] = service_ms - server_total_ms
+    out["send_lag"] = send_lag_ms
+    out["other"] = np.where(np.isnan(server_total_ms), np.nan, server_total_ms - named)
+    return out
+
+
+def _means(cols: dict[str, np.ndarray], sel: np.ndarray) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for p in TAIL_PHASES:
+        v = cols[p][sel]
+        v = v[~np.isnan(v)]
+        out[p] = float(v.mean()) if len(v) else None
+    return out
+
+
+def _attribute(
+    cols: dict[str, np.ndarray], latency: np.ndarray, tail_sel: np.ndarray, band_sel: np.ndarray
+) -> dict[str, Any]:
+    n = int(tail_sel.sum())
+    if n == 0 or not band_sel.any():
+        return {"n": n, "dominant": None, "phases": {}}
+    tail_mean = _means(cols, tail_sel)
+    typ_mean = _means(cols, band_sel)
+    tail_lat = float(latency[tail_sel].mean())
+    rows: dict[str, dict[str, float | None]] = {}
+    best, best_excess = None, -np.inf
+    for p in TAIL_PHASES:
+        t, m = tail_mean[p], typ_mean[p]
+        excess = t - m if t is not None and m is not None else None
+        rows[p] = {
+            "tail_mean_ms": t,
+            "median_mean_ms": m,
+            "excess_ms": excess,
+            "share": t / tail_lat if t is not None and tail_lat > 0 else None,
+        }
+        if excess is not None and excess > best_excess:
+            best, best_excess = p, excess
+    return {
+        "n": n,
+        "latency_mean_ms": tail_lat,
+        "median_latency_mean_ms": float(latency[band_sel].mean()),
+        "dominant": best,
+        "phases": rows,
+    }
+
+
+def attribute(
+    latency: np.ndarray,
+    cols: dict[str, np.ndarray],
+    batch_size: np.ndarray,
+    thresholds: dict[str, float | None],
+    band_ms: tuple[float, float],
+) -> dict[str, Any]:
+    """Attribution at each threshold (``p99``, ``p999``), overall and per server batch size.
+
+    ``latency`` and every array in ``cols`` cover the same rows: measured, successful requests.
+    """
+    band = (latency >= band_ms[0]) & (latency <= band_ms[1])
+    cuts = [t for t in thresholds.values() if t is not None]
+    # Only the median band and the tail matter: subset once so the per-batch loops stay small.
+    keep = band | (latency >= min(cuts)) if cuts else band
+    latency, band, batch_size = latency[keep], band[keep], batch_size[keep]
+    cols = {k: v[keep] for k, v in cols.items()}
+    out: dict[str, Any] = {"median_band": [BAND[0], BAND[1]], "median_band_ms": list(band_ms)}
+    sizes = np.unique(batch_size[~np.isnan(batch_size)])
+    for name, thr in thresholds.items():
+        if thr is None:
+            out[name] = {"n": 0, "dominant": None, "phases": {}}
+            continue
+        sel = latency >= thr
+        res = _attribute(cols, latency, sel, band)
+        res["threshold_ms"] = thr
+        per_batch: dict[str, Any] = {}
+        for s in sizes:
+            of_size = batch_size == s
+            tail_s = sel & of_size
+            if not tail_s.any():
+                continue
+            # the typical request of the same batch size, so batch-level costs do not masquerade as tail
+            band_s = band & of_size
+            r = _attribute(cols, latency, tail_s, band_s if band_s.any() else band)
+            per_batch[str(int(s))] = {
+                "n": r["n"],
+                "dominant": r["dominant"],
+                "excess_ms": {p: v["excess_ms"] for p, v in r["phases"].items()},
+            }
+        res["by_batch_size"] = per_batch
+        out[name] = res
+    out["dominant"] = out.get("p99", {}).get("dominant")
+    return out

@@ -1,0 +1,26 @@
+"""Traces: recorded or synthetic traffic (arrival offsets, payload sizes, items per request).
+
+Read and write CSV / JSON lines / Parquet, import access logs, synthesize seeded traffic,
+rescale keeping the shape, fit arrival models and describe a trace. See docs/traces.md.
+"""
+
+from loadgen.traces.access_log import import_access_log
+from loadgen.traces.fit import fit, params_from_fit
+from loadgen.traces.io import read_trace, write_trace
+from loadgen.traces.model import Trace, TraceError
+from loadgen.traces.summary import inspect_trace
+from loadgen.traces.synth import ARRIVALS, rescale, synthesize
+
+__all__ = [
+    "ARRIVALS",
+    "Trace",
+    "TraceError",
+    "fit",
+    "import_access_log",
+    "inspect_trace",
+    "params_from_fit",
+    "read_trace",
+    "rescale",
+    "synthesize",
+    "write_trace",
+]

@@ -1,0 +1,110 @@
+"""Bottleneck kinds from synthetic samples whose saturation is known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from analysis_fixtures import make_run
+
+from loadgen.analysis import build_report
+
+
+def _kind(tmp_path: Path, device: str, samples: dict) -> dict:
+    run = make_run(
+        tmp_path / device, rate=100.0, duration_s=10.0, warmup_s=2.0, device=device, samples=samples
+    )
+    return build_report(run, bootstrap=0)["bottleneck"]
+
+
+def growing(t: float) -> float:
+    return 5.0 * t  # +40 requests over the 8 s window
+
+
+def test_upstream_bound_idle_gpu_saturated_prepost(tmp_path: Path) -> None:
+    b = _kind(
+        tmp_path,
+        "cuda",
+        {
+            "netgain_gpu_utilization_ratio": 0.15,
+            "netgain_kernel_busy_ratio": 0.1,
+            "netgain_cpu_cores": 8,
+            "netgain_process_cpu_ratio": 2.5,
+            "netgain_thread_cpu_ratio": {"role=prepost": 1.96, "role=frontend": 0.3},
+            "netgain_queue_depth_requests": growing,
+        },
+    )
+    assert b["kind"] == "upstream-bound"
+    assert any("prepost" in e for e in b["evidence"])
+
+
+def test_gpu_bound(tmp_path: Path) -> None:
+    b = _kind(
+        tmp_path,
+        "cuda",
+        {
+            "netgain_gpu_utilization_ratio": 0.97,
+            "netgain_kernel_busy_ratio": 0.95,
+            "netgain_thread_cpu_ratio": {"role=prepost": 0.4},
+            "netgain_queue_depth_requests": growing,
+        },
+    )
+    assert b["kind"] == "gpu-bound"
+
+
+def test_busy_gpu_without_queue_is_unsaturated(tmp_path: Path) -> None:
+    b = _kind(tmp_path, "cuda", {"netgain_gpu_utilization_ratio": 0.97, "netgain_queue_depth_requests": 1.0})
+    assert b["kind"] == "unsaturated"
+
+
+def test_cpu_bound(tmp_path: Path) -> None:
+    b = _kind(
+        tmp_path,
+        "cpu",
+        {
+            "netgain_cpu_cores": 4,
+            "netgain_process_cpu_ratio": 3.9,
+            "netgain_thread_cpu_ratio": {"role=compute": 3.6, "role=prepost": 0.2},
+            "netgain_kernel_busy_ratio": 0.95,
+            "netgain_queue_depth_requests": growing,
+        },
+    )
+    assert b["kind"] == "cpu-bound"
+
+
+def test_loadgen_bound_by_worker_cpu(tmp_path: Path) -> None:
+    b = _kind(tmp_path, "cpu", {"netgain_client_worker_cpu_ratio": 0.97, "netgain_cpu_cores": 4})
+    assert b["kind"] == "loadgen-bound"
+    assert any("0.97" in e for e in b["evidence"])
+
+
+def test_unsaturated_and_no_samples(tmp_path: Path) -> None:
+    b = _kind(
+        tmp_path,
+        "cpu",
+        {
+            "netgain_cpu_cores": 4,
+            "netgain_process_cpu_ratio": 0.5,
+            "netgain_thread_cpu_ratio": {"role=compute": 0.4},
+            "netgain_queue_depth_requests": 0,
+        },
+    )
+    assert b["kind"] == "unsaturated"
+
+
+def test_queue_at_half_capacity_is_pressure(tmp_path: Path) -> None:
+    run = make_run(
+        tmp_path / "q",
+        rate=100.0,
+        duration_s=10.0,
+        warmup_s=2.0,
+        device="cuda",
+        samples={"netgain_gpu_utilization_ratio": 0.9, "netgain_queue_depth_requests": 200.0},
+    )
+    r = build_report(run, bootstrap=0)
+    assert (
+        r["queue"]["pressure"] is True
+        and r["queue"]["mean"] == 200.0
+        and r["bottleneck"]["kind"] == "gpu-bound"
+    )
+    assert r["gpu"]["utilization_mean"] == pytest.approx(0.9)
