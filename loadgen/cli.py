@@ -11,7 +11,7 @@ from server.cliargs import CliError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from loadgen import cli_load, cli_report, cli_trace
+    from loadgen import cli_demo, cli_load, cli_report, cli_trace
     from server import cli as serve_cli
 
     parser = argparse.ArgumentParser(
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_load.add_parser(sub)
     cli_report.add_parser(sub)
     cli_trace.add_parser(sub)
+    cli_demo.add_parser(sub)
     return parser
 
 
@@ -34,8 +35,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Run a parsed subcommand: user errors become one line and exit status 2."""
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

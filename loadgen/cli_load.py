@@ -13,9 +13,10 @@ ARRIVALS = ("constant", "poisson", "gamma", "onoff", "diurnal")
 
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
-        "load", help="replay a trace or an arrival model against servers; write a run directory",
+        "load",
+        help="replay a trace or an arrival model against servers; write a run directory",
         description="Open-loop load on Locust: one seeded schedule, sharded over N workers, latency measured "
-                    "from each request's intended send time. Exit 0 ok, 3 invalid run, 4 SLO failed.",
+        "from each request's intended send time. Exit 0 ok, 3 invalid run, 4 SLO failed.",
     )
     flag(p, "--target", default=None, help="HOST:PORT[,HOST:PORT...] of netgain servers (round-robin)")
     flag(p, "--trace", default=None, help="recorded trace (CSV, JSONL or Parquet; see docs/traces.md)")
@@ -27,7 +28,13 @@ def add_parser(sub: Any) -> None:
     flag(p, "--remote-workers", type=int, default=0, help="extra workers expected to connect (--worker)")
     flag(p, "--out", default=None, help="run directory to write")
     flag(p, "--seed", type=int, default=0, help="seed of the schedule and payloads")
-    flag(p, "--mode", default="open", choices=["open", "closed"], help="open loop, or closed loop (--concurrency)")
+    flag(
+        p,
+        "--mode",
+        default="open",
+        choices=["open", "closed"],
+        help="open loop, or closed loop (--concurrency)",
+    )
     flag(p, "--concurrency", type=int, default=0, help="closed loop: requests kept in flight")
     flag(p, "--think-time-ms", type=float, default=0.0, help="closed loop: pause after each response")
     flag(p, "--cv", type=float, default=2.0, help="gamma arrivals: coefficient of variation")
@@ -41,7 +48,9 @@ def add_parser(sub: Any) -> None:
     flag(p, "--model", default=None, help="payload family (default: the model the target serves)")
     flag(p, "--timeout-s", type=float, default=10.0, help="per-request deadline")
     flag(p, "--max-in-flight", type=int, default=1000, help="per worker; overflow is dropped and counted")
-    flag(p, "--max-send-lag-ms", type=float, default=5.0, help="send-lag p99 above this makes the run INVALID")
+    flag(
+        p, "--max-send-lag-ms", type=float, default=5.0, help="send-lag p99 above this makes the run INVALID"
+    )
     flag(p, "--slo-p99-ms", type=float, default=None, help="exit 4 when p99 latency is above this")
     flag(p, "--max-error-rate", type=float, default=None, help="exit 4 when the error ratio is above this")
     flag(p, "--price-per-hour", type=float, default=None, help="server price, recorded for the report")
@@ -70,10 +79,20 @@ def _schedule(args: argparse.Namespace) -> Any:
             raise CliError(f"--trace {args.trace}: no requests in it")
         trace = rescale(trace, rate=args.rate, duration_s=total)
     else:
-        trace = synthesize(args.arrival, args.rate or 50.0, total, args.seed, cv=args.cv, on_s=args.on_s,
-                           off_s=args.off_s, period_s=args.period_s, amplitude=args.amplitude,
-                           size_bytes=args.size_bytes, size_sigma=args.size_sigma,
-                           items=int(args.items) if args.items.isdigit() else args.items)
+        trace = synthesize(
+            args.arrival,
+            args.rate or 50.0,
+            total,
+            args.seed,
+            cv=args.cv,
+            on_s=args.on_s,
+            off_s=args.off_s,
+            period_s=args.period_s,
+            amplitude=args.amplitude,
+            size_bytes=args.size_bytes,
+            size_sigma=args.size_sigma,
+            items=int(args.items) if args.items.isdigit() else args.items,
+        )
     return from_trace(trace, args.warmup_s)
 
 
@@ -94,7 +113,7 @@ def _check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import locust  # noqa: F401 - patches the standard library for gevent before grpc is used
-    from grpc.experimental import gevent as grpc_gevent
+    from grpc.experimental import gevent as grpc_gevent  # type: ignore[attr-defined]
 
     grpc_gevent.init_gevent()
     if args.worker:
@@ -105,13 +124,31 @@ def run(args: argparse.Namespace) -> int:
     from loadgen.runner.master import LoadConfig, Master
 
     cfg = LoadConfig(
-        targets=[t.strip() for t in args.target.split(",") if t.strip()], out=args.out, workers=args.workers,
-        remote_workers=args.remote_workers, master_bind_host=args.master_bind_host,
-        master_bind_port=args.master_bind_port, mode=args.mode, concurrency=args.concurrency,
-        think_ms=args.think_time_ms, warmup_s=args.warmup_s, duration_s=args.duration, timeout_s=args.timeout_s,
-        max_in_flight=args.max_in_flight, seed=args.seed, model=args.model, metrics_port=args.metrics_port,
-        web_ui=args.web_ui, web_port=args.web_port, max_send_lag_ms=args.max_send_lag_ms,
-        slo_p99_ms=args.slo_p99_ms, max_error_rate=args.max_error_rate, price_per_hour=args.price_per_hour,
-        wait_ready_s=args.wait_ready_s, tls_ca=args.tls_ca, quiet=args.quiet, command=["netgain", *sys.argv[1:]],
+        targets=[t.strip() for t in args.target.split(",") if t.strip()],
+        out=args.out,
+        workers=args.workers,
+        remote_workers=args.remote_workers,
+        master_bind_host=args.master_bind_host,
+        master_bind_port=args.master_bind_port,
+        mode=args.mode,
+        concurrency=args.concurrency,
+        think_ms=args.think_time_ms,
+        warmup_s=args.warmup_s,
+        duration_s=args.duration,
+        timeout_s=args.timeout_s,
+        max_in_flight=args.max_in_flight,
+        seed=args.seed,
+        model=args.model,
+        metrics_port=args.metrics_port,
+        web_ui=args.web_ui,
+        web_port=args.web_port,
+        max_send_lag_ms=args.max_send_lag_ms,
+        slo_p99_ms=args.slo_p99_ms,
+        max_error_rate=args.max_error_rate,
+        price_per_hour=args.price_per_hour,
+        wait_ready_s=args.wait_ready_s,
+        tls_ca=args.tls_ca,
+        quiet=args.quiet,
+        command=["netgain", *sys.argv[1:]],
     )
     return Master(cfg, _schedule(args)).run()

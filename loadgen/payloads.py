@@ -24,8 +24,9 @@ def size_bucket(size: int) -> int:
 
 
 class PayloadFactory:
-    def __init__(self, model: str, handler_options: dict[str, str] | None = None, seed: int = 0,
-                 variants: int = 8) -> None:
+    def __init__(
+        self, model: str, handler_options: dict[str, str] | None = None, seed: int = 0, variants: int = 8
+    ) -> None:
         try:
             self.handler = create_handler(model, handler_options or {}, seed)
         except ValueError as exc:
@@ -46,7 +47,8 @@ class PayloadFactory:
         return item
 
     def request_bytes(self, index: int, size: int, items: int) -> bytes:
-        """Serialized request for schedule row ``index`` (same bytes for the same index, size, items and seed)."""
+        """Serialized request for schedule row ``index``: the same bytes for the same index, size,
+        items and seed."""
         bucket = size_bucket(size)
         variant = index % self.variants
         key = (bucket, variant, items)

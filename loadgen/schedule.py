@@ -34,8 +34,15 @@ class Schedule:
         if not 0 <= worker < workers:
             raise ValueError(f"worker {worker} is outside 0..{workers - 1}")
         sl = slice(worker, None, workers)
-        return Schedule(self.index[sl], self.t_ns[sl], self.size[sl], self.items[sl], self.warmup_ns,
-                        self.digest, self.source)
+        return Schedule(
+            self.index[sl],
+            self.t_ns[sl],
+            self.size[sl],
+            self.items[sl],
+            self.warmup_ns,
+            self.digest,
+            self.source,
+        )
 
 
 def from_trace(trace: object, warmup_s: float = 0.0) -> Schedule:

@@ -123,9 +123,11 @@ class ProfileRequest(_message.Message):
     def __init__(self, batches: _Optional[int] = ...) -> None: ...
 
 class ProfileResponse(_message.Message):
-    __slots__ = ("trace_path", "batches")
+    __slots__ = ("trace_path", "batches", "batch_ids")
     TRACE_PATH_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
+    BATCH_IDS_FIELD_NUMBER: _ClassVar[int]
     trace_path: str
     batches: int
-    def __init__(self, trace_path: _Optional[str] = ..., batches: _Optional[int] = ...) -> None: ...
+    batch_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, trace_path: _Optional[str] = ..., batches: _Optional[int] = ..., batch_ids: _Optional[_Iterable[int]] = ...) -> None: ...

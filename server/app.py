@@ -81,23 +81,37 @@ class Server:
         self.requests = RequestQueue(cfg.max_queue_size)
         span_log = SpanLog(cfg.span_log, cfg.span_log_max_bytes) if cfg.span_log else None
         self.recorder = Recorder(self.metrics if cfg.instrumentation else None, span_log)
-        self.runners = [DeviceRunner(self.handler, self.device, cfg.dtype, cfg.nvtx) for _ in range(cfg.instances)]
+        self.runners = [
+            DeviceRunner(self.handler, self.device, cfg.dtype, cfg.nvtx) for _ in range(cfg.instances)
+        ]
         self.servicer = InferenceServicer(
-            self.handler.name, self.requests, self.recorder if cfg.instrumentation or span_log else None,
-            Limits(cfg.max_items_per_request, cfg.max_message_bytes), self.info, self.start_profile,
+            self.handler.name,
+            self.requests,
+            self.recorder if cfg.instrumentation or span_log else None,
+            Limits(cfg.max_items_per_request, cfg.max_message_bytes),
+            self.info,
+            self.start_profile,
             instrumented=cfg.instrumentation,
         )
         self.pipeline = Pipeline(
-            self.handler, self.runners, self.requests,
+            self.handler,
+            self.runners,
+            self.requests,
             PipelineConfig(cfg.max_batch_size, cfg.max_queue_delay_ms, cfg.pre_threads),
-            self.servicer.deliver, self._on_batch,
+            self.servicer.deliver,
+            self._on_batch,
         )
         gpu_index = None
         if self.device.startswith("cuda"):
             gpu_index = int(self.device.split(":")[1]) if ":" in self.device else 0
-        self.sampler = Sampler(self.metrics, cfg.instances, lambda: self.recorder.kernel_ns_total, gpu_index,
-                               cfg.sample_interval_s)
-        self.health = health.aio.HealthServicer()
+        self.sampler = Sampler(
+            self.metrics,
+            cfg.instances,
+            lambda: self.recorder.kernel_ns_total,
+            gpu_index,
+            cfg.sample_interval_s,
+        )
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         self.grpc_port = 0
         self.metrics_port = -1
         self._metrics_http: Any = None
@@ -111,14 +125,25 @@ class Server:
     def info(self) -> pb.ServerInfoResponse:
         cfg = self.cfg
         return pb.ServerInfoResponse(
-            model=self.handler.name, device=self.device, dtype=cfg.dtype, versions=versions(),
-            batching=pb.BatchingConfig(max_batch_size=cfg.max_batch_size, max_queue_delay_ms=cfg.max_queue_delay_ms,
-                                       max_queue_size=cfg.max_queue_size, instances=cfg.instances,
-                                       pre_threads=cfg.pre_threads),
+            model=self.handler.name,
+            device=self.device,
+            dtype=cfg.dtype,
+            versions=versions(),
+            batching=pb.BatchingConfig(
+                max_batch_size=cfg.max_batch_size,
+                max_queue_delay_ms=cfg.max_queue_delay_ms,
+                max_queue_size=cfg.max_queue_size,
+                instances=cfg.instances,
+                pre_threads=cfg.pre_threads,
+            ),
             cold_start=[pb.ColdStartPhase(name=n, at_s=a, duration_s=d) for n, a, d in self.cold.timeline()],
-            pid=os.getpid(), start_unix_s=self.cold.created_unix_s, ready=self.servicer.ready,
-            intra_op_threads=self._intra_op_threads(), host=socket.gethostname(),
-            handler_options=cfg.handler_options, metrics_port=self.metrics_port,
+            pid=os.getpid(),
+            start_unix_s=self.cold.created_unix_s,
+            ready=self.servicer.ready,
+            intra_op_threads=self._intra_op_threads(),
+            host=socket.gethostname(),
+            handler_options=cfg.handler_options,
+            metrics_port=self.metrics_port,
         )
 
     def start_profile(self, batches: int) -> Any:
@@ -147,18 +172,26 @@ class Server:
         if cfg.tls_client_ca:
             with open(cfg.tls_client_ca, "rb") as fh:
                 ca = fh.read()
-        return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
+        return grpc.ssl_server_credentials(
+            [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+        )
 
     async def _start_grpc(self) -> grpc.aio.Server:
         cfg = self.cfg
-        opts = [("grpc.max_receive_message_length", cfg.max_message_bytes),
-                ("grpc.max_send_message_length", cfg.max_message_bytes),
-                ("grpc.so_reuseport", 1)]
+        opts = [
+            ("grpc.max_receive_message_length", cfg.max_message_bytes),
+            ("grpc.max_send_message_length", cfg.max_message_bytes),
+            ("grpc.so_reuseport", 1),
+        ]
         server = grpc.aio.server(options=opts)
         add_inference_servicer(self.servicer, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
             server,
         )
         addr = f"{cfg.host}:{cfg.port}"
@@ -199,8 +232,13 @@ class Server:
         for name, _, duration in self.cold.timeline():
             m.cold_start.labels(**m.labels, phase=name).set(duration)
         m.ready.labels(**m.labels).set(1)
-        m.info.labels(**m.labels, dtype=cfg.dtype, torch=versions()["torch"],
-                      max_batch_size=str(cfg.max_batch_size), instances=str(cfg.instances)).set(1)
+        m.info.labels(
+            **m.labels,
+            dtype=cfg.dtype,
+            torch=versions()["torch"],
+            max_batch_size=str(cfg.max_batch_size),
+            instances=str(cfg.instances),
+        ).set(1)
         m.queue_depth.labels(**m.labels).set_function(lambda: len(self.requests))
         m.in_flight.labels(**m.labels).set_function(lambda: self.servicer.in_flight)
 
@@ -241,7 +279,10 @@ class Server:
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         total = self.cold.timeline()[-1][1]
-        print(f"netgain serve: ready ({self.handler.name} on {self.device}, cold start {total:.2f} s)", flush=True)
+        print(
+            f"netgain serve: ready ({self.handler.name} on {self.device}, cold start {total:.2f} s)",
+            flush=True,
+        )
         await stop_task
         await self.shutdown(server)
         return 0
@@ -265,5 +306,6 @@ class Server:
 
 
 def run_server(cfg: ServeConfig, cold: ColdStart) -> int:
+    sys.setswitchinterval(cfg.switch_interval_ms / 1e3)
     server = Server(cfg, cold)
     return asyncio.run(server.serve())

@@ -14,20 +14,35 @@ MIB = 1024 * 1024
 
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
-        "serve", help="run the gRPC inference server",
-        description="Serve a model over gRPC on cpu or cuda with dynamic batching and per-request phase spans.",
+        "serve",
+        help="run the gRPC inference server",
+        description="Serve a model over gRPC on cpu or cuda, batching dynamically, with per-request spans.",
     )
-    flag(p, "--model", default="image",
-         help="built-in model (image, text, tabular, null) or module:Class of your own Handler")
+    flag(
+        p,
+        "--model",
+        default="image",
+        help="built-in model (image, text, tabular, null) or module:Class of your own Handler",
+    )
     flag(p, "--device", default="cpu", help="cpu, cuda, cuda:N or auto (cuda when available)")
-    flag(p, "--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-         help="autocast dtype of the forward pass")
+    flag(
+        p,
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16", "float16"],
+        help="autocast dtype of the forward pass",
+    )
     flag(p, "--host", default="127.0.0.1", help="address to bind (loopback unless you say otherwise)")
     flag(p, "--port", type=int, default=50051, help="gRPC port (0: any free port)")
     flag(p, "--metrics-port", type=int, default=9464, help="Prometheus /metrics port (0: any free, -1: off)")
     flag(p, "--max-batch-size", type=int, default=8, help="most items per device batch")
-    flag(p, "--max-queue-delay-ms", type=float, default=2.0,
-         help="longest a batch waits for companions, counted from its first request")
+    flag(
+        p,
+        "--max-queue-delay-ms",
+        type=float,
+        default=2.0,
+        help="longest a batch waits for companions, counted from its first request",
+    )
     flag(p, "--max-queue-size", type=int, default=256, help="requests waiting before new ones are shed")
     flag(p, "--instances", type=int, default=1, help="model instances (device workers), one stream each")
     flag(p, "--pre-threads", type=int, default=2, help="threads for pre- and post-processing")
@@ -37,19 +52,37 @@ def add_parser(sub: Any) -> None:
     flag(p, "--span-log", default=None, help="write one JSON line per request to this file")
     flag(p, "--span-log-max-mb", type=float, default=0.0, help="rotate the span log to FILE.1 past this size")
     flag(p, "--warmup-batches", type=int, default=3, help="warm-up rounds before health turns SERVING")
-    flag(p, "--handler-option", action="append", default=[], metavar="KEY=VALUE",
-         help="option for the handler, e.g. size=128 (repeatable)")
+    flag(
+        p,
+        "--handler-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="option for the handler, e.g. size=128 (repeatable)",
+    )
     flag(p, "--seed", type=int, default=0, help="seed of the model weights and warm-up payloads")
     flag(p, "--tls-cert", default=None, help="PEM certificate chain: serve TLS")
     flag(p, "--tls-key", default=None, help="PEM private key for --tls-cert")
     flag(p, "--tls-client-ca", default=None, help="PEM CA: require client certificates (mTLS)")
     flag(p, "--profile-dir", default=None, help="allow Profile RPC captures, written here")
     flag(p, "--nvtx", action="store_true", default=False, help="NVTX ranges per phase (for Nsight Systems)")
-    flag(p, "--no-instrumentation", action="store_true", default=False,
-         help="no trailers' spans, no histograms (to measure instrumentation overhead)")
+    flag(
+        p,
+        "--no-instrumentation",
+        action="store_true",
+        default=False,
+        help="no trailers' spans, no histograms (to measure instrumentation overhead)",
+    )
     flag(p, "--sample-interval-s", type=float, default=1.0, help="CPU/GPU sampling period")
     flag(p, "--ports-file", default=None, help="write the bound ports as JSON here once listening")
     flag(p, "--grace-s", type=float, default=30.0, help="time to finish in-flight requests on SIGTERM")
+    flag(
+        p,
+        "--switch-interval-ms",
+        type=float,
+        default=1.0,
+        help="Python GIL switch interval; lower than the default 5 ms so the device thread resumes promptly",
+    )
     p.set_defaults(func=run)
 
 
@@ -57,16 +90,35 @@ def config_from_args(args: argparse.Namespace) -> Any:
     from server.config import ServeConfig
 
     cfg = ServeConfig(
-        model=args.model, device=args.device, dtype=args.dtype, host=args.host, port=args.port,
-        metrics_port=args.metrics_port, max_batch_size=args.max_batch_size,
-        max_queue_delay_ms=args.max_queue_delay_ms, max_queue_size=args.max_queue_size,
-        instances=args.instances, pre_threads=args.pre_threads, intra_op_threads=args.intra_op_threads,
-        max_message_bytes=int(args.max_message_mb * MIB), max_items_per_request=args.max_items_per_request,
-        span_log=args.span_log, span_log_max_bytes=int(args.span_log_max_mb * MIB),
-        warmup_batches=args.warmup_batches, handler_options=key_values(args.handler_option, "--handler-option"),
-        seed=args.seed, tls_cert=args.tls_cert, tls_key=args.tls_key, tls_client_ca=args.tls_client_ca,
-        profile_dir=args.profile_dir, nvtx=args.nvtx, instrumentation=not args.no_instrumentation,
-        sample_interval_s=args.sample_interval_s, ports_file=args.ports_file, grace_s=args.grace_s,
+        model=args.model,
+        device=args.device,
+        dtype=args.dtype,
+        host=args.host,
+        port=args.port,
+        metrics_port=args.metrics_port,
+        max_batch_size=args.max_batch_size,
+        max_queue_delay_ms=args.max_queue_delay_ms,
+        max_queue_size=args.max_queue_size,
+        instances=args.instances,
+        pre_threads=args.pre_threads,
+        intra_op_threads=args.intra_op_threads,
+        max_message_bytes=int(args.max_message_mb * MIB),
+        max_items_per_request=args.max_items_per_request,
+        span_log=args.span_log,
+        span_log_max_bytes=int(args.span_log_max_mb * MIB),
+        warmup_batches=args.warmup_batches,
+        handler_options=key_values(args.handler_option, "--handler-option"),
+        seed=args.seed,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        profile_dir=args.profile_dir,
+        nvtx=args.nvtx,
+        instrumentation=not args.no_instrumentation,
+        sample_interval_s=args.sample_interval_s,
+        ports_file=args.ports_file,
+        grace_s=args.grace_s,
+        switch_interval_ms=args.switch_interval_ms,
     )
     try:
         cfg.validate()

@@ -31,7 +31,11 @@ def flag(parser: argparse.ArgumentParser | Any, name: str, **kw: Any) -> None:
     help_text = kw.get("help", "")
     if help_text != argparse.SUPPRESS:
         default = kw.get("default")
-        shown = f"; default {default}" if default not in (None, False, [], "") and "%(default)" not in help_text else ""
+        shown = (
+            f"; default {default}"
+            if default not in (None, False, [], "") and "%(default)" not in help_text
+            else ""
+        )
         kw["help"] = f"{help_text} [env {env}{shown}]"
     parser.add_argument(name, **kw)
 

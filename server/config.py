@@ -35,6 +35,7 @@ class ServeConfig:
     sample_interval_s: float = 1.0
     ports_file: str | None = None
     grace_s: float = 30.0
+    switch_interval_ms: float = 1.0
 
     def validate(self) -> None:
         """Raise ValueError naming the flag and a fix."""
@@ -52,6 +53,7 @@ class ServeConfig:
             (bool(self.tls_cert) == bool(self.tls_key), "--tls-cert and --tls-key go together"),
             (not self.tls_client_ca or bool(self.tls_cert), "--tls-client-ca needs --tls-cert and --tls-key"),
             (self.sample_interval_s > 0, "--sample-interval-s must be > 0"),
+            (self.switch_interval_ms > 0, "--switch-interval-ms must be > 0"),
         ]
         for ok, message in checks:
             if not ok:

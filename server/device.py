@@ -37,6 +37,10 @@ def tree_map(fn: Callable[[Any], Any], batch: Any) -> Any:
     return fn(batch)
 
 
+def _rows(batch: Any, start: int, end: int) -> Any:
+    return tree_map(lambda t: t[start:end], batch)
+
+
 def batch_rows(batch: Any) -> int:
     if isinstance(batch, dict):
         return batch_rows(next(iter(batch.values())))
@@ -51,17 +55,28 @@ def resolve_device(name: str) -> str:
 
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda"):
+    if name == "cuda" or name.startswith("cuda:"):
         if not torch.cuda.is_available():
-            raise ValueError(f"--device {name}: CUDA is not available on this host (use --device cpu or auto)")
+            raise ValueError(
+                f"--device {name}: CUDA is not available on this host (use --device cpu or auto)"
+            )
+        index, count = name.partition(":")[2], torch.cuda.device_count()
+        if index and (not index.isdigit() or int(index) >= count):
+            raise ValueError(f"--device {name}: no such GPU, this host has {count} (cuda:0..cuda:{count - 1})")
         return name
     if name != "cpu":
         raise ValueError(f"--device {name!r}: use cpu, cuda, cuda:N or auto")
     return name
 
 
-DTYPES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-          "float16": "float16", "fp16": "float16"}
+DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+}
 
 
 class DeviceRunner:
@@ -164,7 +179,7 @@ class DeviceRunner:
         if rows <= 1:
             raise DeviceOutOfMemory("device out of memory on a single item") from None
         half = rows // 2
-        parts = [self.run(tree_map(lambda t, a=a, b=b: t[a:b], batch)) for a, b in ((0, half), (half, rows))]
+        parts = [self.run(_rows(batch, a, b)) for a, b in ((0, half), (half, rows))]
         return DeviceResult(
             torch.cat([p.output for p in parts]),
             sum(p.h2d_ns for p in parts),

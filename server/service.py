@@ -28,13 +28,18 @@ class Limits:
 def validate_request(request: pb.InferRequest, model: str, limits: Limits) -> tuple[Any, str] | None:
     """Checks that need no handler. Returns (status code, message) or None when acceptable."""
     if request.model and request.model != model:
-        return grpc.StatusCode.NOT_FOUND, f"model {request.model!r} is not served here (this server runs {model!r})"
+        return (
+            grpc.StatusCode.NOT_FOUND,
+            f"model {request.model!r} is not served here (this server runs {model!r})",
+        )
     n = len(request.inputs)
     if n == 0:
         return grpc.StatusCode.INVALID_ARGUMENT, "request has no inputs: add at least one Input"
     if n > limits.max_items:
-        return (grpc.StatusCode.INVALID_ARGUMENT,
-                f"request has {n} inputs, over the limit of {limits.max_items} (--max-items-per-request)")
+        return (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"request has {n} inputs, over the limit of {limits.max_items} (--max-items-per-request)",
+        )
     for i, item in enumerate(request.inputs):
         if not item.data and not item.features:
             return grpc.StatusCode.INVALID_ARGUMENT, f"input {i} is empty: set data or features"
@@ -134,8 +139,9 @@ class InferenceServicer:
         if p.code != "OK":
             await context.abort(grpc.StatusCode[p.code], p.message, trailing_metadata=trailers)
         context.set_trailing_metadata(trailers)
-        return pb.InferResponse(model=self.model, outputs=p.outputs, batch_id=max(0, p.batch_id),
-                                batch_size=p.batch_size)
+        return pb.InferResponse(
+            model=self.model, outputs=p.outputs, batch_id=max(0, p.batch_id), batch_size=p.batch_size
+        )
 
     async def ServerInfo(self, request: pb.ServerInfoRequest, context: Any) -> pb.ServerInfoResponse:
         return self._info()
@@ -146,10 +152,14 @@ class InferenceServicer:
             capture = self._profile(batches)
         except (RuntimeError, ValueError) as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        capture.start()  # on the main thread: Kineto requires it (see ProfileCapture)
         done = await asyncio.to_thread(capture.done.wait, 600.0)
+        capture.stop()
         if not done or capture.error:
-            await context.abort(grpc.StatusCode.INTERNAL, capture.error or "profile capture timed out")
-        return pb.ProfileResponse(trace_path=capture.path, batches=capture.seen)
+            await context.abort(
+                grpc.StatusCode.INTERNAL, capture.error or "profile capture timed out (600 s)"
+            )
+        return pb.ProfileResponse(trace_path=capture.path, batches=capture.seen, batch_ids=capture.batch_ids)
 
 
 def _resolve_all(reqs: list[Pending]) -> None:

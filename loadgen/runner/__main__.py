@@ -1,4 +1,6 @@
-"""``python -m loadgen.runner --master-host H --master-port P``: a bare worker process (what the master spawns)."""
+"""``python -m loadgen.runner --master-host H --master-port P``: a bare worker process.
+
+This is what the master spawns for local workers."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ def main() -> int:
     parser.add_argument("--master-port", type=int, required=True)
     args = parser.parse_args()
     import locust  # noqa: F401 - gevent patching before grpc is used
-    from grpc.experimental import gevent as grpc_gevent
+    from grpc.experimental import gevent as grpc_gevent  # type: ignore[attr-defined]
 
     grpc_gevent.init_gevent()
     from loadgen.runner.worker import run_worker

@@ -27,7 +27,9 @@ class LogHistogram:
         if values_ns.size == 0:
             return
         v = np.maximum(values_ns.astype(np.float64), self.LO_NS)
-        bins = np.minimum((np.log(v / self.LO_NS) / math.log(self.GROWTH)).astype(np.int64) + 1, self.nbins - 1)
+        bins = np.minimum(
+            (np.log(v / self.LO_NS) / math.log(self.GROWTH)).astype(np.int64) + 1, self.nbins - 1
+        )
         np.add.at(self.counts, bins, 1)
         self.total += int(values_ns.size)
 
@@ -43,20 +45,31 @@ class ClientMetrics:
     """``netgain_client_*`` metrics served by the master so dashboards show client beside server."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.latency = Histogram("netgain_client_latency_seconds",
-                                 "Latency from the intended send time (coordinated-omission free).",
-                                 buckets=DURATION_BUCKETS, registry=registry)
-        self.send_lag = Histogram("netgain_client_send_lag_seconds", "Actual minus intended send time.",
-                                  buckets=DURATION_BUCKETS, registry=registry)
-        self.requests = Counter("netgain_client_requests", "Requests answered, by status code.", ("code",),
-                                registry=registry)
-        self.dropped = Counter("netgain_client_dropped", "Requests not sent: in-flight cap reached.",
-                               registry=registry)
+        self.latency = Histogram(
+            "netgain_client_latency_seconds",
+            "Latency from the intended send time (coordinated-omission free).",
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.send_lag = Histogram(
+            "netgain_client_send_lag_seconds",
+            "Actual minus intended send time.",
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.requests = Counter(
+            "netgain_client_requests", "Requests answered, by status code.", ("code",), registry=registry
+        )
+        self.dropped = Counter(
+            "netgain_client_dropped", "Requests not sent: in-flight cap reached.", registry=registry
+        )
         self.target_rps = Gauge("netgain_client_target_rps", "Scheduled request rate.", registry=registry)
-        self.achieved_rps = Gauge("netgain_client_achieved_rps", "Requests sent per second, last interval.",
-                                  registry=registry)
-        self.in_flight = Gauge("netgain_client_in_flight_requests", "Requests sent and not answered.",
-                               registry=registry)
+        self.achieved_rps = Gauge(
+            "netgain_client_achieved_rps", "Requests sent per second, last interval.", registry=registry
+        )
+        self.in_flight = Gauge(
+            "netgain_client_in_flight_requests", "Requests sent and not answered.", registry=registry
+        )
         self.workers = Gauge("netgain_client_workers", "Workers connected.", registry=registry)
         self.dropped.inc(0)
 

@@ -1,4 +1,5 @@
-"""The master of a load run: probes targets, starts workers, deals the schedule, watches, writes the run dir."""
+"""The master of a load run: probes targets, starts workers, deals the schedule, watches, and
+writes the run directory."""
 
 from __future__ import annotations
 
@@ -123,14 +124,25 @@ class Master:
             httpd, _ = start_http_server(cfg.metrics_port, addr=cfg.master_bind_host, registry=self.registry)
             self.log(f"client metrics on http://{cfg.master_bind_host}:{httpd.server_port}/metrics")
         port = runner.server.port
-        self.log(f"master on {cfg.master_bind_host}:{port}; starting {cfg.workers} local worker(s)"
-                 + (f", expecting {cfg.remote_workers} remote" if cfg.remote_workers else ""))
+        self.log(
+            f"master on {cfg.master_bind_host}:{port}; starting {cfg.workers} local worker(s)"
+            + (f", expecting {cfg.remote_workers} remote" if cfg.remote_workers else "")
+        )
         for _ in range(cfg.workers):
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "loadgen.runner", "--master-host", "127.0.0.1",
-                 "--master-port", str(port)],
-                stdin=subprocess.DEVNULL,
-            ))
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "loadgen.runner",
+                        "--master-host",
+                        "127.0.0.1",
+                        "--master-port",
+                        str(port),
+                    ],
+                    stdin=subprocess.DEVNULL,
+                )
+            )
         try:
             self._await_workers(runner)
             self._deal(runner, model, infos[0])
@@ -148,7 +160,9 @@ class Master:
         deadline = time.monotonic() + 60.0
         while len(runner.clients) < self.workers_total:
             if time.monotonic() > deadline:
-                raise CliError(f"only {len(runner.clients)} of {self.workers_total} workers connected within 60 s")
+                raise CliError(
+                    f"only {len(runner.clients)} of {self.workers_total} workers connected within 60 s"
+                )
             if any(p.poll() is not None for p in self.procs):
                 raise CliError("a local worker exited during start-up; run with --debug to see why")
             gevent.sleep(0.1)
@@ -157,17 +171,32 @@ class Master:
 
     def _deal(self, runner: Any, model: str, info: Any) -> None:
         cfg = self.cfg
-        per_worker_conc = [cfg.concurrency // self.workers_total + (1 if i < cfg.concurrency % self.workers_total
-                                                                      else 0) for i in range(self.workers_total)]
+        per_worker_conc = [
+            cfg.concurrency // self.workers_total + (1 if i < cfg.concurrency % self.workers_total else 0)
+            for i in range(self.workers_total)
+        ]
         for cid, i in self.index_of.items():
             shard = self.schedule.shard(i, self.workers_total)
             plan = Plan(
-                run_id=self.run_id, worker=i, workers=self.workers_total, targets=cfg.targets, model=model,
-                handler_options=dict(info.handler_options), seed=cfg.seed, mode=cfg.mode,
-                warmup_ns=self.schedule.warmup_ns, timeout_s=cfg.timeout_s, max_in_flight=cfg.max_in_flight,
-                index=shard.index.tobytes(), t_ns=shard.t_ns.tobytes(), size=shard.size.tobytes(),
-                items=shard.items.tobytes(), concurrency=per_worker_conc[i], think_ms=cfg.think_ms,
-                duration_ns=int((cfg.warmup_s + cfg.duration_s) * 1e9), tls_ca=cfg.tls_ca,
+                run_id=self.run_id,
+                worker=i,
+                workers=self.workers_total,
+                targets=cfg.targets,
+                model=model,
+                handler_options=dict(info.handler_options),
+                seed=cfg.seed,
+                mode=cfg.mode,
+                warmup_ns=self.schedule.warmup_ns,
+                timeout_s=cfg.timeout_s,
+                max_in_flight=cfg.max_in_flight,
+                index=shard.index.tobytes(),
+                t_ns=shard.t_ns.tobytes(),
+                size=shard.size.tobytes(),
+                items=shard.items.tobytes(),
+                concurrency=per_worker_conc[i],
+                think_ms=cfg.think_ms,
+                duration_ns=int((cfg.warmup_s + cfg.duration_s) * 1e9),
+                tls_ca=cfg.tls_ca,
             )
             runner.send_message(PLAN, plan.to_msg(), client_id=cid)
         deadline = time.monotonic() + 300.0
@@ -182,16 +211,21 @@ class Master:
         self.start_unix_s = self.epoch_ns / 1e9
         runner.send_message(GO, {"epoch_unix_ns": self.epoch_ns})
         mode = f"closed loop, concurrency {cfg.concurrency}" if cfg.mode == "closed" else "open loop"
-        self.log(f"run {self.run_id}: {len(self.schedule)} requests scheduled over "
-                 f"{cfg.warmup_s + cfg.duration_s:.0f} s ({mode}), {self.workers_total} worker(s)")
+        self.log(
+            f"run {self.run_id}: {len(self.schedule)} requests scheduled over "
+            f"{cfg.warmup_s + cfg.duration_s:.0f} s ({mode}), {self.workers_total} worker(s)"
+        )
 
     def _watch(self, runner: Any, infos: list[Any]) -> None:
         cfg = self.cfg
         total_s = cfg.warmup_s + cfg.duration_s
         hard_stop = time.monotonic() + total_s + cfg.timeout_s + 60.0
         rate = len(self.schedule) / max(total_s, 1e-9) if cfg.mode == "open" else 0.0
-        urls = [(f"http://{t.rsplit(':', 1)[0]}:{info.metrics_port}/metrics", f"server:{t}")
-                for t, info in zip(cfg.targets, infos, strict=True) if info.metrics_port > 0]
+        urls = [
+            (f"http://{t.rsplit(':', 1)[0]}:{info.metrics_port}/metrics", f"server:{t}")
+            for t, info in zip(cfg.targets, infos, strict=True)
+            if info.metrics_port > 0
+        ]
         last_tick = time.monotonic()
         while len(self.done) + len(self.lost) < self.workers_total:
             gevent.sleep(0.25)
@@ -206,7 +240,7 @@ class Master:
                 self.live.tick(min(t_s, total_s), total_s, rate, now - last_tick)
                 last_tick = now
             if now > hard_stop:
-                for cid, i in self.index_of.items():
+                for i in self.index_of.values():
                     if i not in self.done and i not in self.lost:
                         self.lost[i] = self._now_s()
                 self.log("workers did not finish in time; marking them lost")
@@ -231,11 +265,19 @@ class Master:
             lost_at = self.lost.get(worker)
             t_ns = int(sched.t_ns[idx])
             status = "WORKER_LOST" if lost_at is not None and t_ns <= lost_at * 1e9 else "NOT_SENT"
-            row = {c: None for c in RECORD_COLUMNS}
-            row.update(index=int(idx), request_id=f"{self.run_id}-{idx}", worker=worker,
-                       target=self.cfg.targets[int(idx) % len(self.cfg.targets)],
-                       warmup=t_ns < sched.warmup_ns, scheduled_ns=t_ns, status=status,
-                       items=int(sched.items[idx]), request_bytes=0, response_bytes=0)
+            row: dict[str, Any] = {c: None for c in RECORD_COLUMNS}
+            row.update(
+                index=int(idx),
+                request_id=f"{self.run_id}-{idx}",
+                worker=worker,
+                target=self.cfg.targets[int(idx) % len(self.cfg.targets)],
+                warmup=t_ns < sched.warmup_ns,
+                scheduled_ns=t_ns,
+                status=status,
+                items=int(sched.items[idx]),
+                request_bytes=0,
+                response_bytes=0,
+            )
             for c in RECORD_COLUMNS:
                 fill[c].append(row[c])
         return fill
@@ -247,7 +289,10 @@ class Master:
         self.samples.write(os.path.join(cfg.out, "samples.parquet"))
         counts = {
             "scheduled": len(self.schedule) if cfg.mode == "open" else self.sink.written,
-            "sent": self.live.sent, "answered": self.live.sent, "ok": self.live.ok, "errors": self.live.errors,
+            "sent": self.live.sent,
+            "answered": self.live.sent,
+            "ok": self.live.ok,
+            "errors": self.live.errors,
             "dropped": self.live.dropped,
             "not_sent": sum(1 for s in fill["status"] if s == "NOT_SENT"),
             "worker_lost": sum(1 for s in fill["status"] if s == "WORKER_LOST"),
@@ -259,9 +304,12 @@ class Master:
             json.dump(meta, fh, indent=2)
         p50, p99 = self.live.latency.percentile_ms(50), self.live.latency.percentile_ms(99)
         verdict = "VALID" if not reasons else "INVALID: " + "; ".join(reasons)
-        print(f"netgain load: {counts['rows']} rows in {cfg.out}/requests.parquet | ok {counts['ok']} "
-              f"errors {counts['errors']} dropped {counts['dropped']} | p50 {p50:.2f} ms p99 {p99:.2f} ms | "
-              f"{verdict}", flush=True)
+        print(
+            f"netgain load: {counts['rows']} rows in {cfg.out}/requests.parquet | ok {counts['ok']} "
+            f"errors {counts['errors']} dropped {counts['dropped']} | p50 {p50:.2f} ms p99 {p99:.2f} ms | "
+            f"{verdict}",
+            flush=True,
+        )
         if reasons:
             return EXIT_INVALID
         slo_fail = []
@@ -280,7 +328,9 @@ class Master:
         reasons = []
         lag99 = self.live.lag.percentile_ms(99)
         if cfg.mode == "open" and lag99 == lag99 and lag99 > cfg.max_send_lag_ms:
-            reasons.append(f"send-lag p99 {lag99:.2f} ms > {cfg.max_send_lag_ms} ms: the generator fell behind")
+            reasons.append(
+                f"send-lag p99 {lag99:.2f} ms > {cfg.max_send_lag_ms} ms: the generator fell behind"
+            )
         if counts["dropped"]:
             reasons.append(f"{counts['dropped']} requests dropped at the in-flight cap ({cfg.max_in_flight})")
         if self.lost:
@@ -298,38 +348,52 @@ class Master:
         return {w: float(d.get("cpu_ratio", 0.0)) for w, d in self.done.items()}
 
 
-def build_meta(cfg: LoadConfig, master: Master, infos: list[Any], model: str, counts: dict[str, int],
-               reasons: list[str]) -> dict[str, Any]:
-    from google.protobuf.json_format import MessageToDict
-
+def build_meta(
+    cfg: LoadConfig, master: Master, infos: list[Any], model: str, counts: dict[str, int], reasons: list[str]
+) -> dict[str, Any]:
     import locust
+    from google.protobuf.json_format import MessageToDict
 
     server = MessageToDict(infos[0], preserving_proto_field_name=True) if infos else {}
     config = asdict(cfg)
     config.pop("command", None)
-    config.update(rate=len(master.schedule) / max(1e-9, cfg.warmup_s + cfg.duration_s), model=model,
-                  arrival=master.schedule.source)
+    config.update(
+        rate=len(master.schedule) / max(1e-9, cfg.warmup_s + cfg.duration_s),
+        model=model,
+        arrival=master.schedule.source,
+    )
     return {
         "schema": 1,
         "run_id": master.run_id,
         "command": cfg.command,
         "config": config,
         "versions": {
-            "client": {"python": platform.python_version(), "grpc": grpc.__version__,
-                       "locust": getattr(locust, "__version__", ""), "netgain": _netgain_version()},
+            "client": {
+                "python": platform.python_version(),
+                "grpc": grpc.__version__,
+                "locust": getattr(locust, "__version__", ""),
+                "netgain": _netgain_version(),
+            },
             "server": server.get("versions", {}),
         },
         "host": {"client": socket.gethostname(), "server": server.get("host", "")},
         "server": server,
         "targets": [MessageToDict(i, preserving_proto_field_name=True) for i in infos[1:]],
-        "trace": {"digest": master.schedule.digest, "source": master.schedule.source,
-                  "requests": len(master.schedule), "duration_s": master.schedule.duration_s,
-                  "mean_rate": len(master.schedule) / max(1e-9, master.schedule.duration_s)},
+        "trace": {
+            "digest": master.schedule.digest,
+            "source": master.schedule.source,
+            "requests": len(master.schedule),
+            "duration_s": master.schedule.duration_s,
+            "mean_rate": len(master.schedule) / max(1e-9, master.schedule.duration_s),
+        },
         "epoch_unix_ns": master.epoch_ns,
         "start_unix_s": master.epoch_ns / 1e9,
         "end_unix_s": getattr(master, "end_unix_s", time.time()),
-        "workers": {"expected": master.workers_total, "lost": sorted(master.lost),
-                    "cpu_ratio": master.done_cpu()},
+        "workers": {
+            "expected": master.workers_total,
+            "lost": sorted(master.lost),
+            "cpu_ratio": master.done_cpu(),
+        },
         "counts": counts,
         "validity": {"valid": not reasons, "reasons": reasons},
     }

@@ -36,6 +36,8 @@ def probe_target(target: str, wait_ready_s: float = 0.0, tls_ca: str | None = No
             except grpc.RpcError as exc:
                 last = f"{exc.code().name}: {exc.details()}"
             if time.monotonic() >= deadline:
-                raise CliError(f"target {target} is not ready ({last}); is `netgain serve` running there? "
-                               "(--wait-ready-s waits for it)")
+                raise CliError(
+                    f"target {target} is not ready ({last}); is `netgain serve` running there? "
+                    "(--wait-ready-s waits for it)"
+                )
             time.sleep(0.2)

@@ -18,8 +18,22 @@ DONE = "netgain_done"  # worker → master: every request of the shard has its r
 PHASE_COLUMNS = tuple(f"{p}_ms" for p in PHASES)
 INT_COLUMNS = ("index", "scheduled_ns", "sent_ns", "done_ns", "request_bytes", "response_bytes", "batch_id")
 RECORD_COLUMNS = (
-    "index", "request_id", "worker", "target", "warmup", "scheduled_ns", "sent_ns", "done_ns", "status",
-    "items", "request_bytes", "response_bytes", "batch_id", "batch_size", *PHASE_COLUMNS, "server_total_ms",
+    "index",
+    "request_id",
+    "worker",
+    "target",
+    "warmup",
+    "scheduled_ns",
+    "sent_ns",
+    "done_ns",
+    "status",
+    "items",
+    "request_bytes",
+    "response_bytes",
+    "batch_id",
+    "batch_size",
+    *PHASE_COLUMNS,
+    "server_total_ms",
 )
 
 
@@ -56,8 +70,12 @@ class Plan:
         return cls(**data)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        return (np.frombuffer(self.index, dtype=np.int64), np.frombuffer(self.t_ns, dtype=np.int64),
-                np.frombuffer(self.size, dtype=np.int64), np.frombuffer(self.items, dtype=np.int32))
+        return (
+            np.frombuffer(self.index, dtype=np.int64),
+            np.frombuffer(self.t_ns, dtype=np.int64),
+            np.frombuffer(self.size, dtype=np.int64),
+            np.frombuffer(self.items, dtype=np.int32),
+        )
 
 
 def empty_columns() -> dict[str, list[Any]]:

@@ -13,10 +13,17 @@ from prometheus_client.parser import text_string_to_metric_families
 log = logging.getLogger("netgain.loadgen")
 
 SAMPLED = {
-    "netgain_gpu_utilization_ratio", "netgain_gpu_sm_active_ratio", "netgain_gpu_memory_used_bytes",
-    "netgain_gpu_memory_total_bytes", "netgain_gpu_power_watts", "netgain_process_cpu_ratio",
-    "netgain_thread_cpu_ratio", "netgain_cpu_cores", "netgain_queue_depth_requests",
-    "netgain_in_flight_requests", "netgain_kernel_busy_ratio",
+    "netgain_gpu_utilization_ratio",
+    "netgain_gpu_sm_active_ratio",
+    "netgain_gpu_memory_used_bytes",
+    "netgain_gpu_memory_total_bytes",
+    "netgain_gpu_power_watts",
+    "netgain_process_cpu_ratio",
+    "netgain_thread_cpu_ratio",
+    "netgain_cpu_cores",
+    "netgain_queue_depth_requests",
+    "netgain_in_flight_requests",
+    "netgain_kernel_busy_ratio",
 }
 KEEP_LABELS = ("role", "gpu")
 
@@ -39,7 +46,7 @@ class Samples:
 
     def scrape(self, url: str, t_s: float, source: str, timeout_s: float = 2.0) -> None:
         try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310 - our own server
+            with urllib.request.urlopen(url, timeout=timeout_s) as resp:
                 text = resp.read().decode()
             self.rows.extend(parse_samples(text, t_s, source))
         except Exception as exc:  # a failed scrape is a gap in the samples, never a failed run
@@ -55,6 +62,13 @@ class Samples:
         for row in self.rows:
             for key, v in zip(cols, row, strict=True):
                 cols[key].append(v)
-        schema = pa.schema([("t_s", pa.float64()), ("source", pa.string()), ("metric", pa.string()),
-                            ("labels", pa.string()), ("value", pa.float64())])
+        schema = pa.schema(
+            [
+                ("t_s", pa.float64()),
+                ("source", pa.string()),
+                ("metric", pa.string()),
+                ("labels", pa.string()),
+                ("value", pa.float64()),
+            ]
+        )
         pq.write_table(pa.table(cols, schema=schema), path)

@@ -12,11 +12,22 @@ from loadgen.runner.protocol import PHASE_COLUMNS, RECORD_COLUMNS
 
 SCHEMA = pa.schema(
     [
-        ("index", pa.int64()), ("request_id", pa.string()), ("worker", pa.int32()), ("target", pa.string()),
-        ("warmup", pa.bool_()), ("scheduled_ns", pa.int64()), ("sent_ns", pa.int64()), ("done_ns", pa.int64()),
-        ("status", pa.string()), ("items", pa.int32()), ("request_bytes", pa.int64()),
-        ("response_bytes", pa.int64()), ("batch_id", pa.int64()), ("batch_size", pa.int32()),
-        *[(c, pa.float64()) for c in PHASE_COLUMNS], ("server_total_ms", pa.float64()),
+        ("index", pa.int64()),
+        ("request_id", pa.string()),
+        ("worker", pa.int32()),
+        ("target", pa.string()),
+        ("warmup", pa.bool_()),
+        ("scheduled_ns", pa.int64()),
+        ("sent_ns", pa.int64()),
+        ("done_ns", pa.int64()),
+        ("status", pa.string()),
+        ("items", pa.int32()),
+        ("request_bytes", pa.int64()),
+        ("response_bytes", pa.int64()),
+        ("batch_id", pa.int64()),
+        ("batch_size", pa.int32()),
+        *[(c, pa.float64()) for c in PHASE_COLUMNS],
+        ("server_total_ms", pa.float64()),
     ]
 )
 assert tuple(SCHEMA.names) == RECORD_COLUMNS
@@ -58,8 +69,9 @@ class RecordSink:
     def flush(self) -> None:
         if not self._rows:
             return
-        table = pa.table({c: pa.array(self._buf[c], type=SCHEMA.field(c).type) for c in RECORD_COLUMNS},
-                         schema=SCHEMA)
+        table = pa.table(
+            {c: pa.array(self._buf[c], type=SCHEMA.field(c).type) for c in RECORD_COLUMNS}, schema=SCHEMA
+        )
         self._writer.write_table(table)
         self.written += self._rows
         self._buf = {c: [] for c in RECORD_COLUMNS}

@@ -64,16 +64,20 @@ class ShardRunner:
         if plan.tls_ca:
             with open(plan.tls_ca, "rb") as fh:
                 creds = grpc.ssl_channel_credentials(fh.read())
-        self.channels = [grpc.secure_channel(t, creds) if creds else grpc.insecure_channel(t) for t in plan.targets]
+        self.channels = [
+            grpc.secure_channel(t, creds) if creds else grpc.insecure_channel(t) for t in plan.targets
+        ]
         # Bytes in, bytes out: requests are pre-serialized and responses only measured.
-        self.calls = [ch.unary_unary(f"/{SERVICE_NAME}/Infer") for ch in self.channels]
+        self.calls = [ch.unary_unary(f"/{SERVICE_NAME}/Infer", None, None) for ch in self.channels]
         self.index, self.t_ns, self.size, self.items = plan.arrays()
         self.bodies: list[bytes] = []
         self.sent = self.done = self.dropped = 0
 
     def prepare(self) -> None:
-        self.bodies = [self.payloads.request_bytes(int(i), int(s), int(k))
-                       for i, s, k in zip(self.index, self.size, self.items, strict=True)]
+        self.bodies = [
+            self.payloads.request_bytes(int(i), int(s), int(k))
+            for i, s, k in zip(self.index, self.size, self.items, strict=True)
+        ]
 
     def start(self, epoch_unix_ns: int) -> None:
         self.epoch_perf_ns = time.perf_counter_ns() + (epoch_unix_ns - time.time_ns())
@@ -86,8 +90,16 @@ class ShardRunner:
         finally:
             flusher.kill()
             self._flush()
-            self.send(DONE, {"worker": self.plan.worker, "sent": self.sent, "done": self.done,
-                             "dropped": self.dropped, "cpu_ratio": self.proc.cpu_percent(None) / 100.0})
+            self.send(
+                DONE,
+                {
+                    "worker": self.plan.worker,
+                    "sent": self.sent,
+                    "done": self.done,
+                    "dropped": self.dropped,
+                    "cpu_ratio": self.proc.cpu_percent(None) / 100.0,
+                },
+            )
 
     # -- open loop ------------------------------------------------------------------
     def _run_open(self) -> None:
@@ -118,8 +130,9 @@ class ShardRunner:
             while time.perf_counter_ns() < end:
                 seq = next(counter)
                 j = seq % max(1, len(self.bodies))
-                self._fire(j, time.perf_counter_ns() - self.epoch_perf_ns,
-                           index=plan.worker + plan.workers * seq)
+                self._fire(
+                    j, time.perf_counter_ns() - self.epoch_perf_ns, index=plan.worker + plan.workers * seq
+                )
                 if plan.think_ms:
                     gevent.sleep(plan.think_ms / 1e3)
 
@@ -135,21 +148,32 @@ class ShardRunner:
         self.in_flight += 1
         sent = time.perf_counter_ns() - self.epoch_perf_ns
         try:
-            raw, call = self.calls[target].with_call(body, metadata=((REQUEST_ID_KEY, rid),),
-                                                     timeout=self.plan.timeout_s)
-            status, resp_bytes, md = "OK", len(raw), call.trailing_metadata()
+            raw, call = self.calls[target].with_call(
+                body, metadata=((REQUEST_ID_KEY, rid),), timeout=self.plan.timeout_s
+            )
+            md: Any = call.trailing_metadata()
+            status, resp_bytes = "OK", len(raw)
         except grpc.RpcError as exc:
             status, resp_bytes = exc.code().name, 0
-            md = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else ()
+            md = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else ()  # type: ignore[attr-defined]
         done = time.perf_counter_ns() - self.epoch_perf_ns
         self.in_flight -= 1
         self.sent += 1
         self.done += 1
         self._record(j, sent, done, status, resp_bytes, parse_trailers(md), scheduled_ns, idx, target)
 
-    def _record(self, j: int, sent: int | None, done: int | None, status: str, resp_bytes: int,
-                server: dict[str, Any], scheduled_ns: int | None = None, idx: int | None = None,
-                target: int | None = None) -> None:
+    def _record(
+        self,
+        j: int,
+        sent: int | None,
+        done: int | None,
+        status: str,
+        resp_bytes: int,
+        server: dict[str, Any],
+        scheduled_ns: int | None = None,
+        idx: int | None = None,
+        target: int | None = None,
+    ) -> None:
         c = self.cols
         idx = int(self.index[j]) if idx is None else idx
         sched = int(self.t_ns[j]) if scheduled_ns is None else scheduled_ns

@@ -76,7 +76,9 @@ class Pipeline:
     def start(self) -> None:
         self._threads.append(threading.Thread(target=self._batch_loop, name="netgain-batcher", daemon=True))
         for i, runner in enumerate(self.runners):
-            t = threading.Thread(target=self._device_loop, args=(runner,), name=f"netgain-device-{i}", daemon=True)
+            t = threading.Thread(
+                target=self._device_loop, args=(runner,), name=f"netgain-device-{i}", daemon=True
+            )
             self._threads.append(t)
         for t in self._threads:
             t.start()
@@ -196,16 +198,24 @@ class Pipeline:
             for p in batch.requests:
                 p.spans["queue"] += start - batch.pre_end_ns
                 if result is not None:
-                    p.spans["h2d"], p.spans["kernel"], p.spans["d2h"] = result.h2d_ns, result.kernel_ns, result.d2h_ns
+                    p.spans["h2d"], p.spans["kernel"], p.spans["d2h"] = (
+                        result.h2d_ns,
+                        result.kernel_ns,
+                        result.d2h_ns,
+                    )
+                    # Host time in the device stage that the device spans do not cover (mostly
+                    # waiting to re-take the GIL after the sync) is waiting: charged to queue.
+                    device_ns = result.h2d_ns + result.kernel_ns + result.d2h_ns
+                    p.spans["queue"] += max(0, batch.device_end_ns - start - device_ns)
                 else:
                     p.spans["kernel"] = batch.device_end_ns - start
             self._pool.submit(self._guard_post, batch, result)
 
     def _run_device(self, runner: DeviceRunner, batch: Batch) -> Any:
         capture = self._profile if runner is self.runners[0] else None
-        if capture is None or capture.done.is_set():
+        if capture is None or not capture.started.is_set() or capture.done.is_set():
             return runner.run(batch.tensor)
-        return capture.run(lambda: runner.run(batch.tensor))
+        return capture.run(batch.batch_id, lambda: runner.run(batch.tensor))
 
     def _guard_post(self, batch: Batch, result: Any) -> None:
         try:
@@ -244,35 +254,55 @@ class Pipeline:
 
 
 class ProfileCapture:
-    """torch.profiler over the next N batches of device worker 0, exported as a Chrome trace."""
+    """torch.profiler over the next N batches of device worker 0, exported as a Chrome trace.
+
+    Kineto binds its client to the thread that registered it (the main thread), so
+    ``start`` and ``stop`` run there (the Profile RPC handler); ``profile_all_threads``
+    lets it record the device worker's ranges too.
+    """
 
     def __init__(self, batches: int, path: str, cuda: bool) -> None:
         self.batches = batches
         self.path = path
         self.cuda = cuda
         self.seen = 0
+        self.batch_ids: list[int] = []
+        self.started = threading.Event()
         self.done = threading.Event()
         self.error: str = ""
         self._prof: Any = None
 
-    def run(self, fn: Callable[[], Any]) -> Any:
+    def start(self) -> None:
         import torch
 
-        if self._prof is None:
-            acts = [torch.profiler.ProfilerActivity.CPU]
-            if self.cuda:
-                acts.append(torch.profiler.ProfilerActivity.CUDA)
-            self._prof = torch.profiler.profile(activities=acts, record_shapes=True)
-            self._prof.__enter__()
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if self.cuda:
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
         try:
-            with torch.profiler.record_function(f"netgain_batch_{self.seen}"):
+            from torch._C._profiler import _ExperimentalConfig
+
+            cfg = _ExperimentalConfig(profile_all_threads=True)
+            self._prof = torch.profiler.profile(activities=acts, record_shapes=True, experimental_config=cfg)
+        except (ImportError, TypeError):
+            self._prof = torch.profiler.profile(activities=acts, record_shapes=True)
+        self._prof.__enter__()
+        self.started.set()
+
+    def stop(self) -> None:
+        try:
+            self._prof.__exit__(None, None, None)
+            self._prof.export_chrome_trace(self.path)
+        except Exception as exc:  # a profiler failure never fails a request
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def run(self, batch_id: int, fn: Callable[[], Any]) -> Any:
+        import torch
+
+        try:
+            with torch.profiler.record_function(f"netgain_batch_{batch_id}"):
                 return fn()
         finally:
             self.seen += 1
+            self.batch_ids.append(batch_id)
             if self.seen >= self.batches:
-                try:
-                    self._prof.__exit__(None, None, None)
-                    self._prof.export_chrome_trace(self.path)
-                except Exception as exc:  # a profiler failure never fails the batch
-                    self.error = f"{type(exc).__name__}: {exc}"
                 self.done.set()

@@ -51,7 +51,9 @@ class ImageHandler(Handler):
                 self.head = nn.Linear(width, classes)
 
             def forward(self, x: torch.Tensor) -> torch.Tensor:
-                x = (x.to(self.mean.dtype) - self.mean) / self.std
+                mean: torch.Tensor = self.mean  # type: ignore[assignment]
+                std: torch.Tensor = self.std  # type: ignore[assignment]
+                x = (x.to(mean.dtype) - mean) / std
                 x = self.features(x)
                 return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
@@ -70,8 +72,10 @@ class ImageHandler(Handler):
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 img = Image.open(io.BytesIO(item.data))
-        except (UnidentifiedImageError, Image.DecompressionBombWarning, Image.DecompressionBombError):
+        except UnidentifiedImageError:
             raise InvalidInput("payload is not a decodable JPEG or PNG image") from None
+        except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
+            raise InvalidInput(f"image declares too many pixels (decompression bomb): {exc}") from None
         if img.format not in ("JPEG", "PNG"):
             raise InvalidInput(f"image format {img.format} is not accepted: send JPEG or PNG")
         width, height = img.size

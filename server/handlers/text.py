@@ -29,19 +29,19 @@ WORDS = tuple(
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 
 
-def build_tokenizer(max_len: int) -> Any:
+def build_tokenizer(max_len: int) -> Any:  # a tokenizers.Tokenizer
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
 
     vocab: dict[str, int] = {}
-    for tok in SPECIALS:
-        vocab[tok] = len(vocab)
+    for special in SPECIALS:
+        vocab[special] = len(vocab)
     chars = string.ascii_lowercase + string.digits + string.punctuation
     for ch in chars:
         vocab.setdefault(ch, len(vocab))
         vocab.setdefault("##" + ch, len(vocab))
     for word in WORDS:
         vocab.setdefault(word, len(vocab))
-    tok = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=64))
+    tok: Any = Tokenizer(models.WordPiece(vocab=vocab, unk_token="[UNK]", max_input_chars_per_word=64))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.post_processor = processors.TemplateProcessing(

@@ -30,46 +30,80 @@ class ServerMetrics:
         self.labels = {"model": model, "device": device.split(":")[0]}
         lab = ("model", "device")
         self.request_duration = Histogram(
-            "netgain_request_duration_seconds", "Server total per request (arrival to response).",
-            lab, buckets=DURATION_BUCKETS, registry=registry,
+            "netgain_request_duration_seconds",
+            "Server total per request (arrival to response).",
+            lab,
+            buckets=DURATION_BUCKETS,
+            registry=registry,
         )
         self.phase_duration = Histogram(
-            "netgain_phase_duration_seconds", "Duration of each server phase per request.",
-            (*lab, "phase"), buckets=DURATION_BUCKETS, registry=registry,
+            "netgain_phase_duration_seconds",
+            "Duration of each server phase per request.",
+            (*lab, "phase"),
+            buckets=DURATION_BUCKETS,
+            registry=registry,
         )
         self.batch_size = Histogram(
-            "netgain_batch_size_items", "Items per device batch.", lab, buckets=BATCH_BUCKETS, registry=registry,
+            "netgain_batch_size_items",
+            "Items per device batch.",
+            lab,
+            buckets=BATCH_BUCKETS,
+            registry=registry,
         )
         self.requests = Counter(
-            "netgain_requests", "Requests answered, by gRPC status code.", (*lab, "code"), registry=registry,
+            "netgain_requests",
+            "Requests answered, by gRPC status code.",
+            (*lab, "code"),
+            registry=registry,
         )
         self.batches = Counter("netgain_batches", "Device batches run.", lab, registry=registry)
         self.kernel_seconds = Counter(
-            "netgain_kernel_busy_seconds", "Sum of kernel spans (device busy time from our own events).",
-            lab, registry=registry,
+            "netgain_kernel_busy_seconds",
+            "Sum of kernel spans (device busy time from our own events).",
+            lab,
+            registry=registry,
         )
         self.kernel_busy = Gauge(
-            "netgain_kernel_busy_ratio", "Kernel busy time over wall time per instance, last interval.",
-            lab, registry=registry,
+            "netgain_kernel_busy_ratio",
+            "Kernel busy time over wall time per instance, last interval.",
+            lab,
+            registry=registry,
         )
-        self.queue_depth = Gauge("netgain_queue_depth_requests", "Requests waiting to be batched.", lab,
-                                 registry=registry)
-        self.in_flight = Gauge("netgain_in_flight_requests", "Requests accepted and not yet answered.", lab,
-                               registry=registry)
-        self.process_cpu = Gauge("netgain_process_cpu_ratio", "Process CPU time over wall time (1.0 = one core).",
-                                 lab, registry=registry)
+        self.queue_depth = Gauge(
+            "netgain_queue_depth_requests", "Requests waiting to be batched.", lab, registry=registry
+        )
+        self.in_flight = Gauge(
+            "netgain_in_flight_requests", "Requests accepted and not yet answered.", lab, registry=registry
+        )
+        self.process_cpu = Gauge(
+            "netgain_process_cpu_ratio",
+            "Process CPU time over wall time (1.0 = one core).",
+            lab,
+            registry=registry,
+        )
         self.thread_cpu = Gauge(
-            "netgain_thread_cpu_ratio", "CPU time over wall time by thread role (1.0 = one core).",
-            (*lab, "role"), registry=registry,
+            "netgain_thread_cpu_ratio",
+            "CPU time over wall time by thread role (1.0 = one core).",
+            (*lab, "role"),
+            registry=registry,
         )
-        self.cpu_cores = Gauge("netgain_cpu_cores", "CPU cores this process may run on.", lab, registry=registry)
+        self.cpu_cores = Gauge(
+            "netgain_cpu_cores", "CPU cores this process may run on.", lab, registry=registry
+        )
         self.cold_start = Gauge(
-            "netgain_cold_start_seconds", "Duration of each cold-start phase.", (*lab, "phase"), registry=registry,
+            "netgain_cold_start_seconds",
+            "Duration of each cold-start phase.",
+            (*lab, "phase"),
+            registry=registry,
         )
-        self.ready = Gauge("netgain_ready", "1 once the model is loaded and warmed up.", lab, registry=registry)
+        self.ready = Gauge(
+            "netgain_ready", "1 once the model is loaded and warmed up.", lab, registry=registry
+        )
         self.info = Gauge(
-            "netgain_server_info", "Constant 1 with the server's configuration as labels.",
-            (*lab, "dtype", "torch", "max_batch_size", "instances"), registry=registry,
+            "netgain_server_info",
+            "Constant 1 with the server's configuration as labels.",
+            (*lab, "dtype", "torch", "max_batch_size", "instances"),
+            registry=registry,
         )
         self.gpu: GpuGauges | None = None
 
@@ -85,13 +119,24 @@ class ServerMetrics:
 class GpuGauges:
     def __init__(self, registry: CollectorRegistry, labels: dict[str, str]) -> None:
         lab = (*labels, "gpu")
-        self.utilization = Gauge("netgain_gpu_utilization_ratio",
-                                 "NVML utilization.gpu: share of time any kernel ran.", lab, registry=registry)
-        self.sm_active = Gauge("netgain_gpu_sm_active_ratio",
-                               "GPM SM activity: share of SM cycles busy (finer than utilization).", lab,
-                               registry=registry)
-        self.memory_used = Gauge("netgain_gpu_memory_used_bytes", "GPU memory in use.", lab, registry=registry)
-        self.memory_total = Gauge("netgain_gpu_memory_total_bytes", "GPU memory in all.", lab, registry=registry)
+        self.utilization = Gauge(
+            "netgain_gpu_utilization_ratio",
+            "NVML utilization.gpu: share of time any kernel ran.",
+            lab,
+            registry=registry,
+        )
+        self.sm_active = Gauge(
+            "netgain_gpu_sm_active_ratio",
+            "GPM SM activity: share of SM cycles busy (finer than utilization).",
+            lab,
+            registry=registry,
+        )
+        self.memory_used = Gauge(
+            "netgain_gpu_memory_used_bytes", "GPU memory in use.", lab, registry=registry
+        )
+        self.memory_total = Gauge(
+            "netgain_gpu_memory_total_bytes", "GPU memory in all.", lab, registry=registry
+        )
         self.power = Gauge("netgain_gpu_power_watts", "GPU power draw.", lab, registry=registry)
 
 

@@ -21,6 +21,8 @@ from server.timing import PHASES
 
 log = logging.getLogger("netgain.server")
 
+EXEMPLAR_ID_CHARS = 128 - len("request_id")
+
 
 class SpanLog:
     """JSON lines, one per request; rotates to ``PATH.1`` past ``max_bytes`` (0 = never)."""
@@ -76,7 +78,9 @@ class Recorder:
         self.span_log = span_log
         self.interval_s = interval_s
         # perf_counter_ns → unix ns, fixed once so span-log arrival times are comparable across requests.
-        self.wall_offset_ns = wall_offset_ns if wall_offset_ns is not None else time.time_ns() - time.perf_counter_ns()
+        self.wall_offset_ns = (
+            wall_offset_ns if wall_offset_ns is not None else time.time_ns() - time.perf_counter_ns()
+        )
         self._done: deque[tuple[Pending, int]] = deque()
         self._batches: deque[tuple[int, int]] = deque()
         self._stop = threading.Event()
@@ -119,7 +123,8 @@ class Recorder:
         while self._done:
             p, total_ns = self._done.popleft()
             if m is not None:
-                ex = {"request_id": p.request_id}
+                # OpenMetrics caps an exemplar's label names + values at 128 characters.
+                ex = {"request_id": p.request_id[:EXEMPLAR_ID_CHARS]}
                 m.requests.labels(**m.labels, code=p.code).inc()
                 if p.code == "OK":
                     m.request_duration.labels(**m.labels).observe(total_ns / 1e9, ex)

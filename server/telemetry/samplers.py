@@ -25,10 +25,18 @@ def thread_role(name: str, tid: int, pid: int) -> str:
     """Map a thread name (from /proc/self/task/TID/comm) to a role."""
     if tid == pid:
         return "frontend"  # main thread: asyncio loop and the gRPC Python handlers
-    for prefix, role in (("netgain-prepost", "prepost"), ("netgain-device", "device"),
-                         ("netgain-batcher", "batcher"), ("netgain-recorder", "telemetry"),
-                         ("netgain-sampler", "telemetry"), ("grpc", "grpc"), ("default-exec", "grpc"),
-                         ("resolver", "grpc"), ("event_engine", "grpc"), ("pt_", "compute")):
+    for prefix, role in (
+        ("netgain-prepost", "prepost"),
+        ("netgain-device", "device"),
+        ("netgain-batcher", "batcher"),
+        ("netgain-recorder", "telemetry"),
+        ("netgain-sampler", "telemetry"),
+        ("grpc", "grpc"),
+        ("default-exec", "grpc"),
+        ("resolver", "grpc"),
+        ("event_engine", "grpc"),
+        ("pt_", "compute"),
+    ):
         if name.startswith(prefix):
             return role
     return "compute"  # unnamed threads are mostly torch's intra-op (OpenMP) workers

@@ -1,0 +1,89 @@
+"""Instrumentation overhead: spans and metrics on vs off, side by side, null and image models.
+
+Targets (issue 2): <= 2 % throughput lost at saturation, <= 20 us added p50.
+Usage: python benchmarks/bench_overhead.py [--device cpu|cuda] [--duration 5] [--trials 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+
+from common import run_clients, table
+
+from loadgen.orchestrate import ServerProcess
+
+MODELS = {
+    "null": ["--max-batch-size", "32"],
+    "image": ["--max-batch-size", "32", "--handler-option", "size=64"],
+}
+
+
+def measure(
+    model: str, device: str, instrumented: bool, duration: float, procs: int, conc: int
+) -> tuple[float, float]:
+    args = ["--model", model, "--device", device, "--pre-threads", "4", *MODELS[model]]
+    if not instrumented:
+        args.append("--no-instrumentation")
+    opts = ["size=64"] if model == "image" else []
+    with ServerProcess(args) as server:
+        server.wait_ready()
+        sat = run_clients(
+            server.target, model, processes=procs, concurrency=conc, duration=duration, options=opts
+        )
+        one = run_clients(
+            server.target, model, processes=1, concurrency=1, duration=duration / 2, options=opts
+        )
+    return sat.rps, one.pct(50)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--client-procs", type=int, default=2)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--models", default="null,image")
+    a = ap.parse_args()
+    rows = []
+    for model in a.models.split(","):
+        res: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+        for _ in range(a.trials):  # interleaved on/off so drift hits both sides alike
+            for instr in (True, False):
+                res[instr].append(measure(model, a.device, instr, a.duration, a.client_procs, a.concurrency))
+        on_rps = statistics.median(r[0] for r in res[True])
+        off_rps = statistics.median(r[0] for r in res[False])
+        on_p50 = statistics.median(r[1] for r in res[True])
+        off_p50 = statistics.median(r[1] for r in res[False])
+        rows.append(
+            [
+                model,
+                a.device,
+                round(off_rps),
+                round(on_rps),
+                f"{(1 - on_rps / off_rps) * 100:+.2f} %",
+                f"{off_p50 * 1e3:.0f}",
+                f"{on_p50 * 1e3:.0f}",
+                f"{(on_p50 - off_p50) * 1e3:+.0f}",
+            ]
+        )
+    print(
+        table(
+            rows,
+            [
+                "model",
+                "device",
+                "req/s off",
+                "req/s on",
+                "throughput lost",
+                "p50 us off",
+                "p50 us on",
+                "added p50 us",
+            ],
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

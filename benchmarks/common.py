@@ -1,0 +1,178 @@
+"""Shared pieces of the benchmarks: a fast closed-loop grpc.aio client run in child processes.
+
+Benchmarks print ratios of things measured side by side in one run; absolute numbers
+depend on the host and are printed for context only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclass
+class LoadResult:
+    ok: int
+    errors: int
+    seconds: float
+    latencies_ms: np.ndarray
+    items: int
+
+    @property
+    def rps(self) -> float:
+        return self.ok / self.seconds
+
+    @property
+    def items_per_s(self) -> float:
+        return self.ok * self.items / self.seconds
+
+    def pct(self, q: float) -> float:
+        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms.size else float("nan")
+
+
+async def _closed_loop(
+    target: str, body: bytes, concurrency: int, duration_s: float, warmup_s: float, rate: float
+) -> dict[str, object]:
+    import grpc
+
+    from protos.service import SERVICE_NAME
+
+    lat: list[float] = []
+    errors = 0
+    async with grpc.aio.insecure_channel(target) as ch:
+        call = ch.unary_unary(f"/{SERVICE_NAME}/Infer")
+        t_start = time.perf_counter()
+        t_measure = t_start + warmup_s
+        t_end = t_measure + duration_s
+        interval = concurrency / rate if rate > 0 else 0.0
+
+        async def user(k: int) -> None:
+            nonlocal errors
+            nxt = time.perf_counter() + (interval * k / concurrency if interval else 0.0)
+            while True:
+                if interval:  # paced: each user sends at fixed intended times (open-loop per user)
+                    delay = nxt - time.perf_counter()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    sched = nxt
+                    nxt += interval
+                else:
+                    sched = time.perf_counter()
+                if sched >= t_end:
+                    return
+                try:
+                    await call(body, metadata=(("x-request-id", f"b{k}-{len(lat)}"),), timeout=30)
+                    ok = True
+                except grpc.aio.AioRpcError:
+                    ok = False
+                done = time.perf_counter()
+                if sched >= t_measure:
+                    if ok:
+                        lat.append((done - sched) * 1e3)
+                    else:
+                        errors += 1
+
+        await asyncio.gather(*(user(k) for k in range(concurrency)))
+    return {"lat": lat, "errors": errors, "seconds": duration_s}
+
+
+def client_main() -> None:
+    import argparse
+
+    from loadgen.payloads import PayloadFactory
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--option", action="append", default=[])
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--items", type=int, default=1)
+    ap.add_argument("--size", type=int, default=0)
+    ap.add_argument("--rate", type=float, default=0.0)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    opts = dict(o.split("=", 1) for o in a.option)
+    body = PayloadFactory(a.model, opts).request_bytes(0, a.size, a.items)
+    res = asyncio.run(_closed_loop(a.target, body, a.concurrency, a.duration, a.warmup, a.rate))
+    with open(a.out, "w") as fh:
+        json.dump(res, fh)
+
+
+def run_clients(
+    target: str,
+    model: str,
+    *,
+    processes: int = 1,
+    concurrency: int = 32,
+    duration: float = 5.0,
+    warmup: float = 1.0,
+    items: int = 1,
+    size: int = 0,
+    rate: float = 0.0,
+    options: list[str] | None = None,
+) -> LoadResult:
+    """Closed-loop (or paced, when ``rate`` > 0, split across processes) aio clients in child processes."""
+    tmp = tempfile.mkdtemp()
+    procs = []
+    for i in range(processes):
+        out = os.path.join(tmp, f"c{i}.json")
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--target",
+            target,
+            "--model",
+            model,
+            "--concurrency",
+            str(concurrency),
+            "--duration",
+            str(duration),
+            "--warmup",
+            str(warmup),
+            "--items",
+            str(items),
+            "--size",
+            str(size),
+            "--rate",
+            str(rate / processes if rate else 0.0),
+            "--out",
+            out,
+        ]
+        for o in options or []:
+            cmd += ["--option", o]
+        procs.append((subprocess.Popen(cmd), out))
+    lat: list[float] = []
+    errors = 0
+    for p, out in procs:
+        p.wait()
+        with open(out) as fh:
+            r = json.load(fh)
+        lat += r["lat"]
+        errors += r["errors"]
+    return LoadResult(len(lat), errors, duration, np.asarray(lat), items)
+
+
+def table(rows: list[list[object]], header: list[str]) -> str:
+    cells = [[str(c) for c in header]] + [
+        [f"{c:.4g}" if isinstance(c, float) else str(c) for c in r] for r in rows
+    ]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    lines.insert(1, "-+-".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    client_main()

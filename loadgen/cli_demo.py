@@ -1,0 +1,91 @@
+"""``netgain demo``: the whole chain on this machine — serve, load, report — with built-in defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from server.cliargs import CliError, flag
+
+
+def add_parser(sub: Any) -> None:
+    p: argparse.ArgumentParser = sub.add_parser(
+        "demo",
+        help="serve a built-in model, load it open-loop, and report (no setup, no downloads)",
+        description="Start `netgain serve` here, run `netgain load` against it, then `netgain report`.",
+    )
+    flag(p, "--model", default="image", help="built-in model: image, text, tabular or null")
+    flag(p, "--device", default="cpu", help="cpu, cuda or auto")
+    flag(p, "--rate", type=float, default=20.0, help="requests/s (Poisson arrivals)")
+    flag(p, "--duration", type=float, default=20.0, help="measured seconds")
+    flag(p, "--warmup-s", type=float, default=3.0, help="warm-up seconds before measuring")
+    flag(p, "--workers", type=int, default=1, help="load-generator worker processes")
+    flag(p, "--max-batch-size", type=int, default=8, help="server batch size")
+    flag(
+        p,
+        "--handler-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="handler option (default for image: size=96, to suit small CPUs)",
+    )
+    flag(p, "--price-per-hour", type=float, default=0.40, help="server price for cost per 1k")
+    flag(p, "--slo-p99-ms", type=float, default=500.0, help="latency objective for the report")
+    flag(p, "--out", default="runs/demo", help="run directory")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from loadgen.orchestrate import ServerProcess, run_load
+
+    os.makedirs(args.out, exist_ok=True)
+    options = list(args.handler_option) or (["size=96"] if args.model == "image" else [])
+    serve_args = [
+        "--model",
+        args.model,
+        "--device",
+        args.device,
+        "--max-batch-size",
+        str(args.max_batch_size),
+        "--span-log",
+        os.path.join(args.out, "spans.jsonl"),
+    ]
+    for opt in options:
+        serve_args += ["--handler-option", opt]
+    log_path = os.path.join(args.out, "server.log")
+    print(f"netgain demo: starting server ({args.model} on {args.device}); log in {log_path}", flush=True)
+    with ServerProcess(serve_args, log_path=log_path) as server:
+        ready_s = server.wait_ready()
+        print(
+            f"netgain demo: server ready at {server.target} after {ready_s:.1f} s; "
+            f"loading at {args.rate:g} req/s for {args.duration:g} s",
+            flush=True,
+        )
+        rc = run_load(
+            [
+                "--target",
+                server.target,
+                "--arrival",
+                "poisson",
+                "--rate",
+                str(args.rate),
+                "--duration",
+                str(args.duration),
+                "--warmup-s",
+                str(args.warmup_s),
+                "--workers",
+                str(args.workers),
+                "--out",
+                args.out,
+                "--price-per-hour",
+                str(args.price_per_hour),
+                "--slo-p99-ms",
+                str(args.slo_p99_ms),
+            ]
+        )
+    if rc not in (0, 3, 4):
+        raise CliError(f"netgain load failed with exit status {rc}")
+    from loadgen.cli import main as netgain_main
+
+    return netgain_main(["report", args.out, "--span-log", os.path.join(args.out, "spans.jsonl")])

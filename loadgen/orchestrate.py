@@ -1,0 +1,123 @@
+"""Start servers and load runs as child processes: what `demo`, `compare` and `drill` are made of."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from types import TracebackType
+
+from server.cliargs import CliError
+
+
+class ServerProcess:
+    """``python -m server ...`` on 127.0.0.1 with free ports; stopped with SIGTERM (drain) on exit."""
+
+    def __init__(
+        self, args: Sequence[str], log_path: str | None = None, ready_timeout_s: float = 300.0, port: int = 0
+    ) -> None:
+        self.args = list(args)
+        self.port = port  # a fixed port lets several servers share it (SO_REUSEPORT)
+        self.log_path = log_path
+        self.ready_timeout_s = ready_timeout_s
+        self._tmp = tempfile.mkdtemp(prefix="netgain-")
+        self.ports_file = os.path.join(self._tmp, "ports.json")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.grpc_port = 0
+        self.metrics_port = -1
+        self.spawned_at = 0.0
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def start(self) -> ServerProcess:
+        cmd = [
+            sys.executable,
+            "-m",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--metrics-port",
+            "0",
+            "--ports-file",
+            self.ports_file,
+            *self.args,
+        ]
+        out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self.spawned_at = time.time()
+        self.proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT if self.log_path else None, stdin=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 60.0
+        while not os.path.exists(self.ports_file):
+            if self.proc.poll() is not None:
+                raise CliError(
+                    f"server exited with status {self.proc.returncode} during start-up"
+                    + (f"; see {self.log_path}" if self.log_path else "")
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise CliError("server did not bind its ports within 60 s")
+            time.sleep(0.05)
+        with open(self.ports_file) as fh:
+            ports = json.load(fh)
+        self.grpc_port, self.metrics_port = int(ports["grpc"]), int(ports["metrics"])
+        self.pid = int(ports["pid"])
+        return self
+
+    def wait_ready(self) -> float:
+        """Block until health is SERVING; returns seconds since spawn."""
+        import grpc
+        from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+        deadline = time.monotonic() + self.ready_timeout_s
+        with grpc.insecure_channel(self.target) as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            while True:
+                assert self.proc is not None
+                if self.proc.poll() is not None:
+                    raise CliError(
+                        f"server exited with status {self.proc.returncode} while loading the model"
+                    )
+                try:
+                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=2.0).status == 1:
+                        return time.time() - self.spawned_at
+                except grpc.RpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise CliError(f"server not SERVING within {self.ready_timeout_s:.0f} s")
+                time.sleep(0.05)
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(5)
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def run_load(args: Sequence[str], quiet: bool = False) -> int:
+    """``netgain load ARGS`` in a child process (it patches the standard library for gevent)."""
+    cmd = [sys.executable, "-m", "loadgen.cli", "load", *args]
+    if quiet:
+        cmd.append("--quiet")
+    return subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False).returncode
