@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/netgain-out}; mkdir -p "$OUT"
 cd benchmarks
 step() { echo "=== $*"; "$@" 2>&1 | tee -a "$OUT/log.txt" | tail -n 25; }
-for s in ${STEPS:-smoke tests span efficiency overhead frontend}; do
+for s in ${STEPS:-smoke span efficiency tests frontend overhead}; do
   case $s in
     smoke) step python3 gpu_smoke.py ;;
     tests) (cd .. && step python3 -m pytest -q -m gpu -p no:cacheprovider tests/) ;;

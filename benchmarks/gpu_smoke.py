@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import sys
+import time
 import urllib.request
 
 import grpc
@@ -26,6 +27,7 @@ def main() -> int:
                     resp, call = stub.Infer.with_call(req, metadata=(("x-request-id", f"smoke-{i}"),))
                 md = dict(call.trailing_metadata())
                 info = stub.ServerInfo(pb.ServerInfoRequest())
+            time.sleep(2.5)  # the sampler publishes GPU gauges once a second
             metrics = urllib.request.urlopen(f"http://127.0.0.1:{sp.metrics_port}/metrics").read().decode()
             gpu_lines = [ln for ln in metrics.splitlines() if ln.startswith("netgain_gpu_")]
             print(

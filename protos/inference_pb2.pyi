@@ -73,7 +73,7 @@ class BatchingConfig(_message.Message):
     def __init__(self, max_batch_size: _Optional[int] = ..., max_queue_delay_ms: _Optional[float] = ..., max_queue_size: _Optional[int] = ..., instances: _Optional[int] = ..., pre_threads: _Optional[int] = ...) -> None: ...
 
 class ServerInfoResponse(_message.Message):
-    __slots__ = ("model", "device", "dtype", "versions", "batching", "cold_start", "pid", "start_unix_s", "ready", "intra_op_threads", "host", "handler_options", "metrics_port")
+    __slots__ = ("model", "device", "dtype", "versions", "batching", "cold_start", "pid", "start_unix_s", "ready", "intra_op_threads", "host", "handler_options", "metrics_port", "handler")
     class VersionsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +101,7 @@ class ServerInfoResponse(_message.Message):
     HOST_FIELD_NUMBER: _ClassVar[int]
     HANDLER_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     METRICS_PORT_FIELD_NUMBER: _ClassVar[int]
+    HANDLER_FIELD_NUMBER: _ClassVar[int]
     model: str
     device: str
     dtype: str
@@ -114,7 +115,8 @@ class ServerInfoResponse(_message.Message):
     host: str
     handler_options: _containers.ScalarMap[str, str]
     metrics_port: int
-    def __init__(self, model: _Optional[str] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., batching: _Optional[_Union[BatchingConfig, _Mapping]] = ..., cold_start: _Optional[_Iterable[_Union[ColdStartPhase, _Mapping]]] = ..., pid: _Optional[int] = ..., start_unix_s: _Optional[float] = ..., ready: _Optional[bool] = ..., intra_op_threads: _Optional[int] = ..., host: _Optional[str] = ..., handler_options: _Optional[_Mapping[str, str]] = ..., metrics_port: _Optional[int] = ...) -> None: ...
+    handler: str
+    def __init__(self, model: _Optional[str] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., batching: _Optional[_Union[BatchingConfig, _Mapping]] = ..., cold_start: _Optional[_Iterable[_Union[ColdStartPhase, _Mapping]]] = ..., pid: _Optional[int] = ..., start_unix_s: _Optional[float] = ..., ready: _Optional[bool] = ..., intra_op_threads: _Optional[int] = ..., host: _Optional[str] = ..., handler_options: _Optional[_Mapping[str, str]] = ..., metrics_port: _Optional[int] = ..., handler: _Optional[str] = ...) -> None: ...
 
 class ProfileRequest(_message.Message):
     __slots__ = ("batches",)

@@ -142,7 +142,7 @@ class Server:
             ready=self.servicer.ready,
             intra_op_threads=self._intra_op_threads(),
             host=socket.gethostname(),
-            handler_options=cfg.handler_options,
+            handler_options=cfg.handler_options, handler=cfg.model,
             metrics_port=self.metrics_port,
         )
 

@@ -62,7 +62,9 @@ def resolve_device(name: str) -> str:
             )
         index, count = name.partition(":")[2], torch.cuda.device_count()
         if index and (not index.isdigit() or int(index) >= count):
-            raise ValueError(f"--device {name}: no such GPU, this host has {count} (cuda:0..cuda:{count - 1})")
+            raise ValueError(
+                f"--device {name}: no such GPU, this host has {count} (cuda:0..cuda:{count - 1})"
+            )
         return name
     if name != "cpu":
         raise ValueError(f"--device {name!r}: use cpu, cuda, cuda:N or auto")

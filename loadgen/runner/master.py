@@ -113,7 +113,7 @@ class Master:
 
         cfg = self.cfg
         infos = [probe_target(t, cfg.wait_ready_s, cfg.tls_ca) for t in cfg.targets]
-        model = cfg.model or infos[0].model
+        model = cfg.model or infos[0].handler or infos[0].model
         env = Environment(user_classes=[], events=None)
         runner = env.create_master_runner(cfg.master_bind_host, cfg.master_bind_port)
         for name, fn in ((READY, self.on_ready), (RECORDS, self.on_records), (DONE, self.on_done)):
@@ -251,7 +251,8 @@ class Master:
             if i in self.done or i in self.lost:
                 continue
             client = runner.clients.get(cid)
-            dead_local = i < len(self.procs) and self.procs[i].poll() is not None
+            pid = self.ready.get(i, {}).get("pid")
+            dead_local = any(p.pid == pid and p.poll() is not None for p in self.procs)
             if client is None or client.state == "missing" or dead_local:
                 self.lost[i] = self._now_s()
                 self.log(f"worker {i} lost at {self.lost[i]:.1f} s; keeping what it sent, the run is partial")

@@ -9,6 +9,7 @@ turns overflow into DROPPED rows, never into silent delay. Times are taken with
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -222,7 +223,7 @@ def run_worker(master_host: str, master_port: int) -> int:
                 shard = ShardRunner(Plan.from_msg(msg.data), send)
                 shard.prepare()
                 state["shard"] = shard
-                send(READY, {"worker": shard.plan.worker, "requests": len(shard.bodies)})
+                send(READY, {"worker": shard.plan.worker, "requests": len(shard.bodies), "pid": os.getpid()})
             except Exception as exc:  # tell the master instead of dying silently
                 log.exception("worker failed to prepare")
                 send(READY, {"worker": msg.data.get("worker", -1), "error": f"{type(exc).__name__}: {exc}"})

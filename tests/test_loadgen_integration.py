@@ -1,0 +1,163 @@
+"""`netgain load` for real: a server process, a Locust master and worker processes, on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import server_env
+
+pytestmark = pytest.mark.slow
+
+
+def netgain(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=server_env(), stdin=subprocess.DEVNULL, check=False)
+
+
+def rows(run_dir: Path) -> dict[str, np.ndarray]:
+    t = pq.read_table(run_dir / "requests.parquet")
+    return {c: t.column(c).to_numpy(zero_copy_only=False) for c in t.column_names}
+
+
+def meta(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "meta.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def null_server(start_server_module: Any) -> Any:
+    return start_server_module("--model", "null", "--max-batch-size", "16")
+
+
+def test_open_loop_two_workers_one_row_per_scheduled_request(null_server: Any, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    res = netgain("load", "--target", null_server.target, "--rate", "100", "--duration", "3", "--warmup-s", "1",
+                  "--workers", "2", "--out", str(out), "--seed", "3", "--max-send-lag-ms", "50")
+    assert res.returncode == 0, res.stderr + res.stdout
+    m = meta(out)
+    r = rows(out)
+    n = m["trace"]["requests"]
+    assert len(r["index"]) == n == m["counts"]["scheduled"]
+    assert sorted(r["index"].tolist()) == list(range(n))  # exactly one row each
+    assert set(r["worker"].tolist()) == {0, 1}
+    assert (r["status"] == "OK").all()
+    latency = r["done_ns"] - r["scheduled_ns"]
+    service = r["done_ns"] - r["sent_ns"]
+    assert (latency >= service).all()  # latency counts from the intended time
+    lag_ms = (r["sent_ns"] - r["scheduled_ns"]) / 1e6
+    assert np.percentile(lag_ms, 50) < 5.0
+    assert (r["server_total_ms"] > 0).all() and (service / 1e6 >= r["server_total_ms"] * 0.999).all()
+    assert r["warmup"].sum() > 0 and (~r["warmup"]).sum() > 0
+    assert m["validity"]["valid"] is True
+    assert m["server"]["model"] == "null" and m["trace"]["digest"]
+    # The same seed gives the same schedule digest, a different seed a different one.
+    out2 = tmp_path / "run2"
+    res2 = netgain("load", "--target", null_server.target, "--rate", "100", "--duration", "1", "--warmup-s", "0",
+                   "--out", str(out2), "--seed", "4", "--quiet", "--max-send-lag-ms", "50")
+    assert res2.returncode == 0, res2.stderr
+    assert meta(out2)["trace"]["digest"] != m["trace"]["digest"]
+    samples = pq.read_table(out / "samples.parquet").to_pydict()
+    assert "netgain_queue_depth_requests" in samples["metric"]
+    assert "netgain_client_worker_cpu_ratio" in samples["metric"]
+    # The aggregator reads the real run directory.
+    rep = netgain("report", str(out), "--price-per-hour", "1.0")
+    assert rep.returncode == 0, rep.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["schema"] == 1 and report["valid"] is True
+    assert report["throughput_rps"] > 50
+
+
+def test_slow_server_and_in_flight_cap_make_the_run_invalid(start_server: Any, tmp_path: Path) -> None:
+    slow = start_server("--model", "conftest:SlowHandler", "--handler-option", "forward_ms=200",
+                        "--max-batch-size", "1")
+    out = tmp_path / "slow"
+    res = netgain("load", "--target", slow.target, "--rate", "40", "--duration", "2", "--warmup-s", "0",
+                  "--max-in-flight", "3", "--out", str(out), "--quiet")
+    assert res.returncode == 3, res.stderr + res.stdout
+    m = meta(out)
+    assert m["validity"]["valid"] is False
+    assert any("dropped" in reason for reason in m["validity"]["reasons"])
+    r = rows(out)
+    assert len(r["index"]) == m["trace"]["requests"]  # dropped requests keep their rows
+    dropped = r["status"] == "DROPPED"
+    assert dropped.sum() == m["counts"]["dropped"] > 0
+    assert np.isnan(r["sent_ns"].astype(float)[dropped]).all() if r["sent_ns"].dtype == object else True
+    assert "INVALID" in res.stdout
+
+
+def test_closed_loop_mode(null_server: Any, tmp_path: Path) -> None:
+    out = tmp_path / "closed"
+    res = netgain("load", "--target", null_server.target, "--mode", "closed", "--concurrency", "4",
+                  "--duration", "2", "--warmup-s", "0", "--out", str(out), "--quiet", "--rate", "50")
+    assert res.returncode == 0, res.stderr + res.stdout
+    r = rows(out)
+    assert len(r["index"]) > 20
+    assert len(set(r["index"].tolist())) == len(r["index"])
+    assert (r["status"] == "OK").all()
+
+
+def test_unreachable_target_fails_fast(tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    res = netgain("load", "--target", "127.0.0.1:1", "--duration", "1", "--out", str(tmp_path / "x"),
+                  "--wait-ready-s", "0")
+    assert res.returncode == 2
+    assert time.monotonic() - t0 < 30
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "not ready" in lines[0] and "Traceback" not in res.stderr
+
+
+def test_malformed_trace_names_file_line_and_field(tmp_path: Path) -> None:
+    trace = tmp_path / "bad.csv"
+    trace.write_text("t,size,items\n0.0,100,1\n0.5,abc,1\n")
+    res = netgain("load", "--target", "127.0.0.1:1", "--trace", str(trace), "--out", str(tmp_path / "x"),
+                  "--wait-ready-s", "0")
+    assert res.returncode == 2
+    assert "bad.csv:3" in res.stderr and "size" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_killed_worker_marks_the_run_partial_and_keeps_every_row(null_server: Any, tmp_path: Path) -> None:
+    out = tmp_path / "partial"
+    cmd = [sys.executable, "-m", "loadgen.cli", "load", "--target", null_server.target, "--rate", "100",
+           "--duration", "6", "--warmup-s", "0", "--workers", "2", "--out", str(out), "--quiet",
+           "--max-send-lag-ms", "50"]
+    master = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env(),
+                              stdin=subprocess.DEVNULL)
+    try:
+        proc = psutil.Process(master.pid)
+        deadline = time.monotonic() + 30
+        workers: list[psutil.Process] = []
+        while time.monotonic() < deadline and len(workers) < 2:
+            workers = [c for c in proc.children() if "loadgen.runner" in " ".join(c.cmdline())]
+            time.sleep(0.1)
+        assert len(workers) == 2
+        time.sleep(3.0)  # let the run get going
+        os.kill(workers[0].pid, signal.SIGKILL)
+        stdout, stderr = master.communicate(timeout=90)
+    finally:
+        if master.poll() is None:
+            master.kill()
+    assert master.returncode == 3, stderr
+    m = meta(out)
+    assert m["workers"]["lost"] and m["validity"]["valid"] is False
+    assert any("partial" in reason for reason in m["validity"]["reasons"])
+    r = rows(out)
+    assert sorted(r["index"].tolist()) == list(range(m["trace"]["requests"]))
+    lost_worker = m["workers"]["lost"][0]
+    other = r["worker"] != lost_worker
+    assert (r["status"][other] == "OK").all()  # nothing of the surviving worker is lost
+    lost_rows = r["status"][~other]
+    assert {"WORKER_LOST", "NOT_SENT"} & set(lost_rows.tolist())
+    counts = m["counts"]
+    assert counts["ok"] + counts["errors"] + counts["dropped"] + counts["not_sent"] + counts["worker_lost"] \
+        == counts["scheduled"]

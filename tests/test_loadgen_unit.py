@@ -1,0 +1,131 @@
+"""Load generator pieces without processes: schedules, sharding, payloads, trailers, histograms, the sink."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from loadgen.payloads import PayloadFactory, size_bucket
+from loadgen.runner.live import LogHistogram
+from loadgen.runner.protocol import RECORD_COLUMNS, Plan, empty_columns
+from loadgen.runner.sink import RecordSink
+from loadgen.runner.worker import parse_trailers
+from loadgen.schedule import from_trace
+from loadgen.traces import synthesize
+from protos import pb
+
+
+def test_seeded_schedule_is_exact() -> None:
+    a = from_trace(synthesize("poisson", 200.0, 5.0, seed=7), warmup_s=1.0)
+    b = from_trace(synthesize("poisson", 200.0, 5.0, seed=7), warmup_s=1.0)
+    c = from_trace(synthesize("poisson", 200.0, 5.0, seed=8), warmup_s=1.0)
+    assert np.array_equal(a.t_ns, b.t_ns) and a.digest == b.digest
+    assert a.digest != c.digest
+    assert np.all(np.diff(a.t_ns) >= 0)
+    assert a.warmup_ns == 1_000_000_000
+    assert 800 < len(a) < 1200
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 8])
+def test_sharding_keeps_every_request_exactly_once(workers: int) -> None:
+    sched = from_trace(synthesize("gamma", 300.0, 3.0, seed=1, items="1:0.5,4:0.5"))
+    shards = [sched.shard(w, workers) for w in range(workers)]
+    idx = np.concatenate([s.index for s in shards])
+    assert sorted(idx.tolist()) == list(range(len(sched)))
+    for s in shards:  # each shard keeps its rows' times, sizes and items
+        assert np.array_equal(s.t_ns, sched.t_ns[s.index])
+        assert np.array_equal(s.items, sched.items[s.index])
+    with pytest.raises(ValueError):
+        sched.shard(workers, workers)
+
+
+def test_plan_round_trips_arrays() -> None:
+    sched = from_trace(synthesize("constant", 10.0, 2.0)).shard(1, 2)
+    plan = Plan(run_id="r", worker=1, workers=2, targets=["127.0.0.1:1"], model="null", handler_options={},
+                seed=0, mode="open", warmup_ns=0, timeout_s=1.0, max_in_flight=10, index=sched.index.tobytes(),
+                t_ns=sched.t_ns.tobytes(), size=sched.size.tobytes(), items=sched.items.tobytes())
+    back = Plan.from_msg(plan.to_msg())
+    idx, t_ns, size, items = back.arrays()
+    assert np.array_equal(idx, sched.index) and np.array_equal(t_ns, sched.t_ns)
+    assert np.array_equal(items, sched.items) and np.array_equal(size, sched.size)
+
+
+def test_payloads_are_deterministic_and_match_the_model() -> None:
+    a = PayloadFactory("tabular", {"features": "5"}, seed=3)
+    b = PayloadFactory("tabular", {"features": "5"}, seed=3)
+    body = a.request_bytes(11, 0, 3)
+    assert body == b.request_bytes(11, 0, 3)
+    req = pb.InferRequest.FromString(body)
+    assert len(req.inputs) == 3 and all(len(x.features) == 5 for x in req.inputs)
+    img = pb.InferRequest.FromString(PayloadFactory("image", seed=1).request_bytes(0, 30_000, 1))
+    assert img.inputs[0].data[:2] == b"\xff\xd8"  # a real JPEG
+    assert 0.7 * 30_000 < len(img.inputs[0].data) < 1.3 * 30_000
+    txt = pb.InferRequest.FromString(PayloadFactory("text", seed=1).request_bytes(0, 500, 1))
+    assert abs(len(txt.inputs[0].data) - 500) < 20
+    with pytest.raises(ValueError, match="cannot make payloads"):
+        PayloadFactory("nope")
+
+
+def test_size_bucket_two_significant_digits() -> None:
+    assert size_bucket(0) == 0
+    assert size_bucket(12_345) == 12_000
+    assert size_bucket(987) == 990
+    assert size_bucket(7) == 7
+
+
+def test_parse_trailers() -> None:
+    md = (("server-timing", "queue;dur=1.5, pre;dur=0.25, h2d;dur=0, kernel;dur=3, d2h;dur=0, post;dur=0.5, "
+                            "total;dur=5.3"), ("x-batch", "id=42;size=8"))
+    out = parse_trailers(md)
+    assert out["queue_ms"] == 1.5 and out["kernel_ms"] == 3.0 and out["server_total_ms"] == 5.3
+    assert out["batch_id"] == 42 and out["batch_size"] == 8
+    empty = parse_trailers(())
+    assert empty["queue_ms"] is None and empty["batch_id"] is None
+    bad = parse_trailers((("server-timing", "queue;dur=abc"), ("x-batch", "id=-1;size=0")))
+    assert bad["queue_ms"] is None and bad["batch_id"] is None
+
+
+def test_log_histogram_percentiles_within_one_percent() -> None:
+    rng = np.random.default_rng(0)
+    values = rng.lognormal(mean=np.log(5e6), sigma=0.8, size=50_000).astype(np.int64)  # ~5 ms
+    h = LogHistogram()
+    h.add_many(values[:20_000])
+    h.add_many(values[20_000:])
+    for q in (50, 90, 99, 99.9):
+        exact = np.percentile(values, q, method="inverted_cdf") / 1e6
+        assert abs(h.percentile_ms(q) - exact) / exact < 0.011
+    assert np.isnan(LogHistogram().percentile_ms(50))
+
+
+def _cols(indices: list[int]) -> dict[str, list[object]]:
+    cols = empty_columns()
+    for i in indices:
+        row = dict.fromkeys(RECORD_COLUMNS)
+        row.update(index=i, request_id=f"r-{i}", worker=0, target="t", warmup=False, scheduled_ns=i * 10,
+                   sent_ns=i * 10 + 1, done_ns=i * 10 + 5, status="OK", items=1, request_bytes=3,
+                   response_bytes=2)
+        for c in RECORD_COLUMNS:
+            cols[c].append(row[c])
+    return cols
+
+
+def test_sink_writes_incrementally_and_fills_missing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = str(tmp_path / "requests.parquet")
+    sink = RecordSink(path, scheduled=10, flush_rows=3)
+    sink.add(_cols([0, 1, 2, 3]))
+    sink.add(_cols([5, 7]))
+    assert sink.written == 4  # flushed once past 3 rows
+    missing = sink.missing().tolist()
+    assert missing == [4, 6, 8, 9]
+    fill = empty_columns()
+    for i in missing:
+        for c in RECORD_COLUMNS:
+            fill[c].append({"index": i, "status": "NOT_SENT", "request_id": f"r-{i}"}.get(c))
+    sink.close(fill)
+    t = pq.read_table(path)
+    assert t.num_rows == 10
+    assert sorted(t.column("index").to_pylist()) == list(range(10))
+    statuses = dict(zip(t.column("index").to_pylist(), t.column("status").to_pylist(), strict=True))
+    assert statuses[4] == "NOT_SENT" and statuses[5] == "OK"
+    assert t.schema.names == list(RECORD_COLUMNS)
