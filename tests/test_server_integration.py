@@ -1,0 +1,537 @@
+"""Integration: real ``python -m server`` processes on 127.0.0.1 and real gRPC clients."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import grpc
+import pytest
+from conftest import REPO_ROOT, ServerHandle, ServerLauncher, server_env
+from grpc_health.v1 import health_pb2
+from PIL import Image
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families
+
+from protos import SERVICE_NAME, InferenceStub, pb
+from server.coldstart import COLD_START_PHASES
+from server.timing import PHASES, parse_batch, parse_server_timing
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+CODE = grpc.StatusCode
+
+
+def png(color: tuple[int, int, int] = (200, 40, 40), size: tuple[int, int] = (24, 24)) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", size, color=color).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+@dataclass
+class Reply:
+    code: grpc.StatusCode
+    details: str
+    trailers: dict[str, str]
+    response: pb.InferResponse | None
+
+    @property
+    def timing(self) -> dict[str, float]:
+        return parse_server_timing(self.trailers["server-timing"])
+
+    @property
+    def batch(self) -> tuple[int, int]:
+        return parse_batch(self.trailers["x-batch"])
+
+
+def infer(
+    stub: InferenceStub,
+    inputs: Iterable[pb.Input],
+    request_id: str | None = None,
+    model: str = "",
+    timeout: float = 20.0,
+) -> Reply:
+    metadata = [("x-request-id", request_id)] if request_id is not None else []
+    request = pb.InferRequest(model=model, inputs=list(inputs))
+    try:
+        resp, call = stub.Infer.with_call(request, metadata=metadata, timeout=timeout)
+        return Reply(CODE.OK, "", {m.key: str(m.value) for m in call.trailing_metadata()}, resp)
+    except grpc.RpcError as exc:
+        err: Any = exc  # a grpc.Call as well as an RpcError
+        trailers = {m.key: str(m.value) for m in (err.trailing_metadata() or ())}
+        return Reply(err.code(), err.details() or "", trailers, None)
+
+
+def concurrently(calls: list[Callable[[], Reply]], workers: int = 16) -> list[Reply]:
+    with ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(c) for c in calls]
+        return [f.result(timeout=60) for f in futures]
+
+
+def assert_full_timing(reply: Reply, admitted: bool = True) -> None:
+    """Every phase and total present. A request admitted to the queue has phases adding up to
+    the total (within 2 % + rounding); one rejected at the door has zero phases and a small total."""
+    timing = reply.timing
+    assert list(timing) == [*PHASES, "total"], reply.trailers
+    assert all(v >= 0 for v in timing.values())
+    phase_sum = sum(timing[p] for p in PHASES)
+    if admitted:
+        assert timing["total"] > 0
+        assert abs(phase_sum - timing["total"]) <= 0.02 * timing["total"] + 0.02, timing
+    else:
+        assert phase_sum == 0 and 0 < timing["total"] < 100, timing
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition") -> Any:
+    end = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def samples(text: str) -> list[Any]:
+    return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+
+
+def sample_value(handle: ServerHandle, name: str, **labels: str) -> float:
+    total = 0.0
+    for s in samples(handle.metrics_text()):
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+            total += s.value
+    return total
+
+
+# -- the shared image server -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def image_server(start_server_module: ServerLauncher) -> ServerHandle:
+    return start_server_module(
+        "--model",
+        "image",
+        "--handler-option",
+        "size=32",
+        "--max-batch-size",
+        "8",
+        "--max-queue-delay-ms",
+        "20",
+        "--warmup-batches",
+        "1",
+        "--intra-op-threads",
+        "1",
+        "--sample-interval-s",
+        "0.2",
+    )
+
+
+@pytest.fixture
+def stub(image_server: ServerHandle) -> InferenceStub:
+    return image_server.stub()
+
+
+class TestImageServer:
+    def test_concurrent_requests_form_batches(self, stub: InferenceStub) -> None:
+        ids = [f"batch-{i}" for i in range(16)]
+        replies = concurrently([partial(infer, stub, [pb.Input(data=png())], rid) for rid in ids])
+        assert [r.code for r in replies] == [CODE.OK] * 16, [r.details for r in replies]
+        assert [r.trailers["x-request-id"] for r in replies] == ids
+        by_batch: dict[int, list[Reply]] = {}
+        for r in replies:
+            assert r.response is not None and len(r.response.outputs) == 1
+            batch_id, size = r.batch
+            assert (r.response.batch_id, r.response.batch_size) == (batch_id, size)
+            by_batch.setdefault(batch_id, []).append(r)
+        assert max(r.batch[1] for r in replies) > 1, "no request shared a batch"
+        for members in by_batch.values():
+            # Only our requests were in flight: a batch's size is the number of its members.
+            assert {m.batch[1] for m in members} == {len(members)}
+            assert len(members) <= 8
+        # Same input, same model: same answer whichever batch it was in.
+        assert (
+            len(
+                {
+                    (r.response.outputs[0].label, round(r.response.outputs[0].score, 4))
+                    for r in replies
+                    if r.response
+                }
+            )
+            == 1
+        )
+
+    def test_success_trailers(self, stub: InferenceStub) -> None:
+        reply = infer(stub, [pb.Input(data=png()), pb.Input(data=png((0, 0, 255)))], "ok-1")
+        assert reply.code == CODE.OK
+        assert reply.trailers["x-request-id"] == "ok-1"
+        assert_full_timing(reply)
+        t = reply.timing
+        assert t["queue"] >= 19.0  # a lone request waits the 20 ms delay for companions
+        assert t["kernel"] > 0 and t["pre"] > 0
+        assert t["h2d"] == t["d2h"] == 0  # on cpu
+        batch_id, size = reply.batch
+        assert batch_id >= 1 and size == 2
+        assert reply.response is not None and len(reply.response.outputs) == 2
+        assert reply.response.model == "image"
+
+    def test_bad_image_fails_only_its_request_with_trailers(self, stub: InferenceStub) -> None:
+        payloads = {"good-a": png(), "bad-b": b"\x89PNG not really", "good-c": png((1, 2, 3))}
+        replies = dict(
+            zip(
+                payloads,
+                concurrently([partial(infer, stub, [pb.Input(data=d)], rid) for rid, d in payloads.items()]),
+                strict=True,
+            )
+        )
+        bad = replies.pop("bad-b")
+        assert bad.code == CODE.INVALID_ARGUMENT
+        assert "not a decodable JPEG or PNG" in bad.details
+        assert bad.trailers["x-request-id"] == "bad-b"
+        assert_full_timing(bad)
+        assert bad.timing["pre"] > 0 and bad.timing["kernel"] == 0
+        assert all(r.code == CODE.OK for r in replies.values())
+        # They were batched together, and the bad one did not take the others down.
+        assert {r.batch[0] for r in replies.values()} == {bad.batch[0]}
+
+    @pytest.mark.parametrize(
+        ("request_id", "model", "inputs", "code", "message"),
+        [
+            ("empty-1", "", [], CODE.INVALID_ARGUMENT, "request has no inputs"),
+            ("empty-2", "", [pb.Input()], CODE.INVALID_ARGUMENT, "input 0 is empty"),
+            ("model-1", "text", [pb.Input(data=b"x")], CODE.NOT_FOUND, "model 'text' is not served here"),
+            (
+                "bad id!",
+                "",
+                [pb.Input(data=b"x")],
+                CODE.INVALID_ARGUMENT,
+                "x-request-id must be 1-128 characters",
+            ),
+            ("x" * 129, "", [pb.Input(data=b"x")], CODE.INVALID_ARGUMENT, "x-request-id must be"),
+        ],
+    )
+    def test_rejected_requests_carry_trailers(
+        self,
+        stub: InferenceStub,
+        request_id: str,
+        model: str,
+        inputs: list[pb.Input],
+        code: grpc.StatusCode,
+        message: str,
+    ) -> None:
+        reply = infer(stub, inputs, request_id, model=model)
+        assert reply.code == code
+        assert message in reply.details
+        assert_full_timing(reply, admitted=False)
+        assert reply.trailers["x-request-id"] == (request_id if "must" not in message else "invalid")
+        assert reply.batch == (-1, 0)
+
+    def test_matching_model_name_accepted_and_missing_id_assigned(
+        self, image_server: ServerHandle, stub: InferenceStub
+    ) -> None:
+        reply = infer(stub, [pb.Input(data=png())], None, model="image")
+        assert reply.code == CODE.OK
+        assert reply.trailers["x-request-id"].startswith(f"srv{image_server.pid}-")
+
+    def test_server_info(self, image_server: ServerHandle, stub: InferenceStub) -> None:
+        info = stub.ServerInfo(pb.ServerInfoRequest(), timeout=10)
+        assert (info.model, info.device, info.dtype) == ("image", "cpu", "float32")
+        assert info.ready and info.pid == image_server.pid
+        assert info.metrics_port == image_server.metrics_port
+        assert dict(info.handler_options) == {"size": "32"}
+        assert info.intra_op_threads == 1
+        b = info.batching
+        assert (b.max_batch_size, b.max_queue_delay_ms, b.max_queue_size, b.instances, b.pre_threads) == (
+            8,
+            20.0,
+            256,
+            1,
+            2,
+        )
+        assert {"python", "torch", "grpc", "protobuf"} <= set(info.versions)
+        assert info.versions["grpc"] == grpc.__version__
+        assert [p.name for p in info.cold_start] == list(COLD_START_PHASES)
+        ats = [p.at_s for p in info.cold_start]
+        assert ats == sorted(ats) and all(p.duration_s >= 0 for p in info.cold_start)
+        assert abs(time.time() - info.start_unix_s) < 600
+
+    def test_health_serving(self, image_server: ServerHandle) -> None:
+        assert image_server.health() == SERVING
+        assert image_server.health(SERVICE_NAME) == SERVING
+
+    def test_metrics(self, image_server: ServerHandle, stub: InferenceStub) -> None:
+        lab = {"model": "image", "device": "cpu"}
+        before_ok = sample_value(image_server, "netgain_requests_total", **lab, code="OK")
+        before_bad = sample_value(image_server, "netgain_requests_total", **lab, code="INVALID_ARGUMENT")
+        replies = concurrently([lambda: infer(stub, [pb.Input(data=png())]) for _ in range(3)])
+        replies.append(infer(stub, [pb.Input(data=b"junk")]))
+        assert [r.code for r in replies] == [CODE.OK] * 3 + [CODE.INVALID_ARGUMENT]
+        # ">=": the recorder may still be counting earlier tests' requests when "before" was read.
+        wait_until(
+            lambda: (
+                sample_value(image_server, "netgain_requests_total", **lab, code="OK") >= before_ok + 3
+                and sample_value(image_server, "netgain_requests_total", **lab, code="INVALID_ARGUMENT")
+                >= before_bad + 1
+            ),
+            what="request counters",
+        )
+
+        families = {fam.name: fam for fam in text_string_to_metric_families(image_server.metrics_text())}
+        phases = {s.labels["phase"] for s in families["netgain_phase_duration_seconds"].samples}
+        assert phases == set(PHASES)
+        assert families["netgain_phase_duration_seconds"].type == "histogram"
+        kernel_count = [
+            s.value
+            for s in families["netgain_phase_duration_seconds"].samples
+            if s.name.endswith("_count") and s.labels["phase"] == "kernel"
+        ]
+        assert kernel_count and kernel_count[0] >= 3
+        buckets = [
+            float(s.labels["le"])
+            for s in families["netgain_request_duration_seconds"].samples
+            if s.name.endswith("_bucket") and s.labels["le"] != "+Inf"
+        ]
+        assert min(buckets) == pytest.approx(1e-5) and max(buckets) == pytest.approx(10.0)
+        cold = {s.labels["phase"]: s.value for s in families["netgain_cold_start_seconds"].samples}
+        assert set(cold) == set(COLD_START_PHASES) and all(v >= 0 for v in cold.values())
+        assert cold["imports"] > 0
+        assert families["netgain_ready"].samples[0].value == 1
+        assert [s.labels["max_batch_size"] for s in families["netgain_server_info"].samples] == ["8"]
+        for name in (
+            "netgain_queue_depth_requests",
+            "netgain_in_flight_requests",
+            "netgain_batch_size_items",
+            "netgain_batches",
+            "netgain_kernel_busy_seconds",
+        ):
+            assert name in families, name
+        wait_until(
+            lambda: (
+                "netgain_process_cpu_ratio" in image_server.metrics_text()
+                and "netgain_thread_cpu_ratio" in image_server.metrics_text()
+            ),
+            what="CPU samplers",
+        )
+        assert not [n for n in families if n.startswith("netgain_gpu_")]  # absent, not zero, without a GPU
+        # Labels never hold request ids.
+        assert not any("request_id" in s.labels for fam in families.values() for s in fam.samples)
+
+    def test_openmetrics_exemplars_carry_request_ids(
+        self, image_server: ServerHandle, stub: InferenceStub
+    ) -> None:
+        assert infer(stub, [pb.Input(data=png())], "exemplar-42").code == CODE.OK
+
+        def exemplar_ids() -> set[str]:
+            out: set[str] = set()
+            for fam in parse_openmetrics(image_server.metrics_text(openmetrics=True)):
+                for s in fam.samples:
+                    if s.exemplar is not None and fam.name in (
+                        "netgain_request_duration_seconds",
+                        "netgain_phase_duration_seconds",
+                    ):
+                        out.add(s.exemplar.labels["request_id"])
+            return out
+
+        wait_until(lambda: "exemplar-42" in exemplar_ids(), what="exemplar-42 on an exemplar")
+        # The Prometheus text format (no exemplars) still parses, and holds no request id anywhere.
+        assert "exemplar-42" not in image_server.metrics_text()
+
+    def test_span_log_one_line_per_request(self, image_server: ServerHandle, stub: InferenceStub) -> None:
+        # The longest id allowed (128 characters) must not break the exemplar (OpenMetrics caps
+        # an exemplar's labels at 128 characters) nor lose its span-log line.
+        ids = ["span-0", "span-1", "s" * 128, "span-3"]
+        replies = concurrently([partial(infer, stub, [pb.Input(data=png())], rid) for rid in ids[:3]])
+        replies.append(infer(stub, [pb.Input(data=b"nope")], ids[3]))
+
+        def lines() -> list[dict[str, Any]]:
+            got = [rec for rec in image_server.span_lines() if rec["id"] in ids]
+            return got if len(got) >= 4 else []
+
+        recs = wait_until(lines, what="span log lines")
+        time.sleep(0.1)
+        recs = [rec for rec in image_server.span_lines() if rec["id"] in ids]
+        assert sorted(rec["id"] for rec in recs) == sorted(ids)  # exactly one line each
+        by_id = {rec["id"]: rec for rec in recs}
+        for rid, reply in zip(ids, replies, strict=True):
+            rec = by_id[rid]
+            assert rec["code"] == reply.code.name
+            assert (rec["batch_id"], rec["batch_size"]) == reply.batch
+            assert rec["total_ms"] == pytest.approx(reply.timing["total"], abs=0.002)
+            assert {f"{p}_ms" for p in PHASES} <= set(rec)
+            assert abs(rec["arrival_unix_ns"] / 1e9 - time.time()) < 60
+
+
+# -- servers of their own ------------------------------------------------------------------------------
+def slow_args(*extra: str, load_ms: int = 0, forward_ms: int = 0) -> tuple[str, ...]:
+    return (
+        "--model",
+        "conftest:SlowHandler",
+        "--handler-option",
+        f"load_ms={load_ms}",
+        "--handler-option",
+        f"forward_ms={forward_ms}",
+        "--warmup-batches",
+        "0",
+        *extra,
+    )
+
+
+def test_health_not_serving_until_warm(start_server: ServerLauncher) -> None:
+    server = start_server(*slow_args(load_ms=2500), wait=False)
+    server.wait_ports()  # bound and listening, model still loading
+    assert server.health() == NOT_SERVING
+    assert server.health(SERVICE_NAME) == NOT_SERVING
+    stub = server.stub()
+    early = infer(stub, [pb.Input(data=b"x")], "early")
+    assert early.code == CODE.UNAVAILABLE and "wait for health SERVING" in early.details
+    assert_full_timing(early, admitted=False)
+    info = stub.ServerInfo(pb.ServerInfoRequest(), timeout=5)
+    assert not info.ready
+    assert "ready" not in [p.name for p in info.cold_start]
+    assert "ready (slow on cpu" not in server.stdout()
+    server.wait_serving(30)
+    assert infer(stub, [pb.Input(data=b"abc")], "late").code == CODE.OK
+    info = stub.ServerInfo(pb.ServerInfoRequest(), timeout=5)
+    assert info.ready
+    durations = {p.name: p.duration_s for p in info.cold_start}
+    assert durations["model_built"] >= 2.4  # the 2.5 s load is in the timeline where it belongs
+    assert "ready (slow on cpu" in server.stdout()
+
+
+def test_full_queue_sheds_with_resource_exhausted(start_server: ServerLauncher) -> None:
+    server = start_server(
+        *slow_args(
+            "--max-queue-size",
+            "1",
+            "--max-batch-size",
+            "1",
+            "--pre-threads",
+            "1",
+            "--max-queue-delay-ms",
+            "0",
+            forward_ms=300,
+        )
+    )
+    stub = server.stub()
+    t0 = time.monotonic()
+    replies = concurrently([partial(infer, stub, [pb.Input(data=b"x")], f"shed-{i}") for i in range(10)])
+    codes = [r.code for r in replies]
+    assert set(codes) <= {CODE.OK, CODE.RESOURCE_EXHAUSTED}, [r.details for r in replies]
+    shed = [r for r in replies if r.code == CODE.RESOURCE_EXHAUSTED]
+    assert len(shed) >= 5 and codes.count(CODE.OK) >= 2
+    for r in shed:
+        assert "request queue is full (1 requests waiting)" in r.details and "shed" in r.details
+        assert_full_timing(r, admitted=False)  # shed at once, not after waiting for room
+    assert time.monotonic() - t0 < 10
+    assert infer(stub, [pb.Input(data=b"again")]).code == CODE.OK  # still serving
+    wait_until(
+        lambda: sample_value(server, "netgain_requests_total", code="RESOURCE_EXHAUSTED") == len(shed),
+        what="shed counter",
+    )
+
+
+def test_sigterm_drains_in_flight_requests(start_server: ServerLauncher) -> None:
+    server = start_server(*slow_args("--max-batch-size", "4", "--max-queue-delay-ms", "5", forward_ms=150))
+    stub = server.stub()
+    ids = [f"drain-{i}" for i in range(12)]
+    with ThreadPoolExecutor(12) as pool:
+        futures = [pool.submit(infer, stub, [pb.Input(data=b"abcd")], rid, "", 30.0) for rid in ids]
+        wait_until(lambda: sample_value(server, "netgain_in_flight_requests") == 12, what="12 in flight")
+        server.proc.terminate()  # SIGTERM while all 12 are accepted and most still queued
+        replies = [f.result(timeout=30) for f in futures]
+    assert [r.code for r in replies] == [CODE.OK] * 12, [r.details for r in replies]
+    assert all(r.response is not None and r.response.outputs[0].label == 4 for r in replies)
+    assert server.proc.wait(20) == 0
+    out = server.stdout()
+    assert "draining" in out and out.rstrip().endswith("netgain serve: stopped")
+    logged = sorted(rec["id"] for rec in server.span_lines() if rec["id"].startswith("drain-"))
+    assert logged == sorted(ids)  # span log flushed before exit
+
+
+def test_text_tabular_null_models_answer(start_server: ServerLauncher) -> None:
+    common = ("--warmup-batches", "1", "--intra-op-threads", "1", "--max-queue-delay-ms", "1")
+    text = start_server(
+        "--model",
+        "text",
+        *common,
+        "--handler-option",
+        "layers=1",
+        "--handler-option",
+        "d_model=64",
+        "--handler-option",
+        "heads=2",
+        "--handler-option",
+        "max_len=32",
+        wait=False,
+    )
+    tabular = start_server("--model", "tabular", *common, wait=False)
+    null = start_server("--model", "null", *common, wait=False)
+    for s in (text, tabular, null):
+        s.wait_serving()
+
+    r = infer(text.stub(), [pb.Input(data=b"the model serves a batch"), pb.Input(data="naïve café".encode())])
+    assert r.code == CODE.OK and r.response is not None and len(r.response.outputs) == 2
+    assert all(0 <= o.label < 2 and 0 < o.score <= 1 for o in r.response.outputs)
+    assert_full_timing(r)
+    bad = infer(text.stub(), [pb.Input(data=b"\xff\xfe oops")])
+    assert bad.code == CODE.INVALID_ARGUMENT and "not valid UTF-8" in bad.details
+
+    r = infer(tabular.stub(), [pb.Input(features=[0.1] * 64)])
+    assert r.code == CODE.OK and r.response is not None and 0 <= r.response.outputs[0].label < 10
+    bad = infer(tabular.stub(), [pb.Input(features=[0.1] * 3)])
+    assert bad.code == CODE.INVALID_ARGUMENT and "expected 64 features, got 3" in bad.details
+    assert_full_timing(bad)
+    bad = infer(tabular.stub(), [pb.Input(features=[float("nan")] + [0.0] * 63)])
+    assert bad.code == CODE.INVALID_ARGUMENT and "feature 0 is nan" in bad.details
+
+    r = infer(null.stub(), [pb.Input(data=b"abc"), pb.Input(data=b"defgh")])
+    assert r.code == CODE.OK and r.response is not None
+    assert [o.label for o in r.response.outputs] == [3, 5]
+    assert r.timing["h2d"] == r.timing["d2h"] == 0
+    assert_full_timing(r)
+    mismatch = infer(null.stub(), [pb.Input(data=b"x")], model="image")
+    assert mismatch.code == CODE.NOT_FOUND and "this server runs 'null'" in mismatch.details
+
+
+def run_cli(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "server", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "-1", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+        env=server_env(),
+    )
+
+
+def test_startup_errors_are_one_line_exit_2() -> None:
+    import torch
+
+    cases = [
+        (("--model", "resnet"), "unknown model 'resnet'"),
+        (("--max-batch-size", "0"), "--max-batch-size must be at least 1"),
+        (("--model", "image", "--handler-option", "size=2"), "handler option size=2 is outside"),
+    ]
+    if not torch.cuda.is_available():
+        cases.append((("--device", "cuda"), "CUDA is not available"))
+    procs = [(run_cli(*args), message) for args, message in cases]
+    try:
+        for proc, message in procs:
+            _, err = proc.communicate(timeout=60)
+            assert proc.returncode == 2, err
+            assert "Traceback" not in err
+            lines = err.strip().splitlines()
+            assert (
+                len(lines) == 1 and lines[0].startswith("netgain serve: error: ") and message in lines[0]
+            ), err
+    finally:
+        for proc, _ in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)

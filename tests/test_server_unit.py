@@ -1,0 +1,574 @@
+"""Unit tests of the server's parts, in process: batching queue, server-timing, pipeline, config."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protos import pb
+from server.batching.pipeline import Pipeline, PipelineConfig
+from server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
+from server.cliargs import CliError, env_name, key_values
+from server.coldstart import COLD_START_PHASES, ColdStart
+from server.config import ServeConfig
+from server.device import DeviceOutOfMemory, DeviceRunner
+from server.handlers.base import Handler, InvalidInput
+from server.service import Limits, validate_request
+from server.telemetry.metrics import DURATION_BUCKETS, log_buckets
+from server.telemetry.recorder import SpanLog, span_record
+from server.telemetry.samplers import thread_role
+from server.timing import (
+    PHASES,
+    encode_batch,
+    encode_server_timing,
+    parse_batch,
+    parse_server_timing,
+)
+
+MS = 1_000_000
+
+
+def pending(rid: str, items: int = 1, arrival_ns: int = 0, data: bytes = b"x") -> Pending:
+    return Pending(rid, [pb.Input(data=data) for _ in range(items)], arrival_ns)
+
+
+def ids(batch: list[Pending] | None) -> list[str]:
+    assert batch is not None
+    return [p.request_id for p in batch]
+
+
+class FakeClock:
+    def __init__(self, now_ns: int = 0) -> None:
+        self.now_ns = now_ns
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+
+# -- RequestQueue --------------------------------------------------------------------------------
+class TestRequestQueue:
+    def test_batch_by_size_returns_at_once(self) -> None:
+        clock = FakeClock(0)
+        q = RequestQueue(16, clock=clock)
+        for i in range(5):
+            q.put(pending(f"r{i}"))
+        # A delay that the fake clock never reaches: only the size can release the batch.
+        assert ids(q.take_batch(3, max_delay_ns=10**15)) == ["r0", "r1", "r2"]
+        assert len(q) == 2
+
+    def test_batch_by_delay_counts_from_first_arrival(self) -> None:
+        clock = FakeClock(10 * MS)
+        q = RequestQueue(16, clock=clock)
+        q.put(pending("first", arrival_ns=0))
+        q.put(pending("second", arrival_ns=9 * MS))
+        # Deadline = first arrival (0) + 10 ms = now: released, though "second" waited only 1 ms.
+        assert ids(q.take_batch(8, max_delay_ns=10 * MS)) == ["first", "second"]
+
+    def test_delay_waits_for_companions_until_first_deadline(self) -> None:
+        q = RequestQueue(16)
+        t0 = time.perf_counter_ns()
+        q.put(pending("first", arrival_ns=t0))
+
+        def late() -> None:
+            time.sleep(0.03)
+            q.put(pending("late", arrival_ns=time.perf_counter_ns()))
+
+        threading.Thread(target=late, daemon=True).start()
+        batch = q.take_batch(8, max_delay_ns=150 * MS)
+        elapsed_ms = (time.perf_counter_ns() - t0) / MS
+        assert ids(batch) == ["first", "late"]
+        # Released at first arrival + 150 ms, not at the late request's arrival + 150 ms (~180 ms).
+        assert 140 <= elapsed_ms < 178
+
+    def test_old_first_request_shortens_the_wait(self) -> None:
+        q = RequestQueue(16)
+        now = time.perf_counter_ns()
+        q.put(pending("old", arrival_ns=now - 80 * MS))
+        t0 = time.perf_counter()
+        assert ids(q.take_batch(8, max_delay_ns=100 * MS)) == ["old"]
+        assert time.perf_counter() - t0 < 0.08
+
+    def test_wakes_when_a_request_arrives(self) -> None:
+        q = RequestQueue(4)
+        got: list[list[Pending] | None] = []
+        t = threading.Thread(target=lambda: got.append(q.take_batch(1, 0)), daemon=True)
+        t.start()
+        time.sleep(0.02)
+        assert t.is_alive()
+        q.put(pending("a", arrival_ns=time.perf_counter_ns()))
+        t.join(2.0)
+        assert not t.is_alive() and ids(got[0]) == ["a"]
+
+    def test_full_queue_sheds_at_once(self) -> None:
+        q = RequestQueue(2)
+        q.put(pending("a"))
+        q.put(pending("b"))
+        t0 = time.perf_counter()
+        with pytest.raises(QueueFull, match=r"full \(2 requests waiting\)"):
+            q.put(pending("c"))
+        assert time.perf_counter() - t0 < 0.05
+        assert len(q) == 2
+        q.take_batch(1, 0)
+        q.put(pending("d"))  # room again
+        assert len(q) == 2
+
+    def test_close_refuses_new_drains_queued_then_none(self) -> None:
+        q = RequestQueue(8, clock=FakeClock(0))
+        q.put(pending("a"))
+        q.put(pending("b"))
+        q.close()
+        with pytest.raises(QueueClosed, match="shutting down"):
+            q.put(pending("c"))
+        # Closed: queued requests come out without waiting for the delay.
+        assert ids(q.take_batch(8, max_delay_ns=10**15)) == ["a", "b"]
+        assert q.take_batch(8, 0) is None
+
+    def test_close_wakes_a_waiting_taker(self) -> None:
+        q = RequestQueue(8)
+        got: list[Any] = ["unset"]
+        t = threading.Thread(target=lambda: got.__setitem__(0, q.take_batch(4, 0)), daemon=True)
+        t.start()
+        time.sleep(0.02)
+        q.close()
+        t.join(2.0)
+        assert not t.is_alive() and got[0] is None
+
+    def test_order_preserved_across_batches(self) -> None:
+        q = RequestQueue(64, clock=FakeClock(0))
+        for i in range(10):
+            q.put(pending(f"r{i}"))
+        q.close()
+        seen: list[str] = []
+        while (batch := q.take_batch(3, 10**15)) is not None:
+            assert len(batch) <= 3
+            seen += ids(batch)
+        assert seen == [f"r{i}" for i in range(10)]
+
+    def test_counts_items_not_requests(self) -> None:
+        q = RequestQueue(8, clock=FakeClock(0))
+        for rid, n in (("a", 2), ("b", 2), ("c", 1)):
+            q.put(pending(rid, items=n))
+        assert ids(q.take_batch(4, 10**15)) == ["a", "b"]
+
+    def test_oversized_request_forms_its_own_batch(self) -> None:
+        q = RequestQueue(8, clock=FakeClock(0))
+        q.put(pending("small", items=1))
+        q.put(pending("big", items=6))
+        q.put(pending("tail", items=1))
+        # "small" + "big" reach the size, but "big" does not fit beside "small".
+        assert ids(q.take_batch(4, 10**15)) == ["small"]
+        assert ids(q.take_batch(4, 10**15)) == ["big"]
+        q.close()
+        assert ids(q.take_batch(4, 10**15)) == ["tail"]
+
+    def test_rejects_zero_capacity(self) -> None:
+        with pytest.raises(ValueError, match="at least 1"):
+            RequestQueue(0)
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.integers(1, 6), min_size=1, max_size=30), st.integers(1, 8))
+    def test_batches_partition_in_order(self, sizes: list[int], max_items: int) -> None:
+        q = RequestQueue(64, clock=FakeClock(0))
+        for i, n in enumerate(sizes):
+            q.put(pending(f"r{i}", items=n))
+        q.close()
+        seen: list[str] = []
+        while (batch := q.take_batch(max_items, 10**15)) is not None:
+            total = sum(p.n_items for p in batch)
+            assert total <= max_items or len(batch) == 1
+            seen += ids(batch)
+        assert seen == [f"r{i}" for i in range(len(sizes))]
+
+
+# -- server-timing ---------------------------------------------------------------------------------
+class TestServerTiming:
+    def test_encode_format(self) -> None:
+        value = encode_server_timing({"queue": 120_000, "pre": 480_000, "total": 1_234_567})
+        assert value == "queue;dur=0.120, pre;dur=0.480, total;dur=1.235"
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.dictionaries(st.sampled_from([*PHASES, "total"]), st.integers(0, 10**11), min_size=1))
+    def test_round_trip(self, spans: dict[str, int]) -> None:
+        parsed = parse_server_timing(encode_server_timing(spans))
+        assert set(parsed) == set(spans)
+        for name, ns in spans.items():
+            assert parsed[name] == pytest.approx(ns / 1e6, abs=0.0006)
+
+    def test_parse_w3c_variants(self) -> None:
+        value = 'cache;desc="hit", db;dur="53.2";desc=x,  app ; dur = 47.2 ,, '
+        assert parse_server_timing(value) == {"db": 53.2, "app": 47.2}
+
+    def test_parse_error_names_the_entry(self) -> None:
+        with pytest.raises(ValueError, match=r"'pre;dur=fast'.*not a number"):
+            parse_server_timing("queue;dur=0.1, pre;dur=fast")
+
+    def test_batch_round_trip_and_errors(self) -> None:
+        assert parse_batch(encode_batch(12, 8)) == (12, 8)
+        assert parse_batch("size=3") == (-1, 3)
+        with pytest.raises(ValueError, match="x-batch value"):
+            parse_batch("id=x;size=2")
+
+
+# -- Pipeline -----------------------------------------------------------------------------------------
+class RecordingHandler(Handler):
+    """Payload ``b"bad"`` is invalid; ``b"boom"`` makes the forward pass raise; label = payload length."""
+
+    name = "recording"
+    uses_device = False
+
+    def __init__(self, forward_error: Exception | None = None) -> None:
+        super().__init__()
+        self.preprocessed: list[bytes] = []
+        self.forward_error = forward_error
+
+    def build_model(self) -> Any:
+        return None
+
+    def preprocess(self, item: pb.Input) -> Any:
+        self.preprocessed.append(item.data)
+        if item.data == b"bad":
+            raise InvalidInput("payload is bad on purpose")
+        return item.data
+
+    def collate(self, items: list[Any]) -> Any:
+        return list(items)
+
+    def forward(self, model: Any, batch: Any) -> Any:
+        if b"boom" in batch:
+            raise RuntimeError("kaboom")
+        if self.forward_error is not None:
+            raise self.forward_error
+        return [len(x) for x in batch]
+
+    def postprocess(self, row: Any) -> pb.Output:
+        return pb.Output(label=int(row))
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.done: list[Pending] = []
+        self.cond = threading.Condition()
+
+    def __call__(self, reqs: list[Pending]) -> None:
+        with self.cond:
+            self.done.extend(reqs)
+            self.cond.notify_all()
+
+    def wait_for(self, n: int, timeout_s: float = 5.0) -> dict[str, Pending]:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.done) >= n, timeout_s), f"only {len(self.done)} of {n}"
+        return {p.request_id: p for p in self.done}
+
+
+def make_pipeline(
+    handler: Handler, max_batch: int = 8, delay_ms: float = 30.0, queue_size: int = 64
+) -> tuple[Pipeline, RequestQueue, Collector]:
+    q = RequestQueue(queue_size)
+    collector = Collector()
+    runner = DeviceRunner(handler, "cpu")
+    runner.place(handler.build_model())
+    pipe = Pipeline(handler, [runner], q, PipelineConfig(max_batch, delay_ms, 2), collector)
+    return pipe, q, collector
+
+
+def put_all(q: RequestQueue, payloads: dict[str, bytes], deadline_ns: dict[str, int] | None = None) -> None:
+    now = time.perf_counter_ns()
+    for rid, data in payloads.items():
+        p = pending(rid, arrival_ns=now, data=data)
+        if deadline_ns and rid in deadline_ns:
+            p.deadline_ns = deadline_ns[rid]
+        q.put(p)
+
+
+class TestPipeline:
+    def test_bad_payload_fails_only_its_request(self) -> None:
+        handler = RecordingHandler()
+        pipe, q, out = make_pipeline(handler)
+        put_all(q, {"a": b"aaaa", "bad": b"bad", "c": b"cc"})
+        pipe.start()
+        try:
+            done = out.wait_for(3)
+        finally:
+            pipe.stop(5.0)
+        assert done["bad"].code == "INVALID_ARGUMENT"
+        assert "bad on purpose" in done["bad"].message
+        assert done["bad"].outputs == []
+        assert (done["a"].code, done["c"].code) == ("OK", "OK")
+        # Outputs map back to their own request (rows not shifted by the failed one).
+        assert [o.label for o in done["a"].outputs] == [4]
+        assert [o.label for o in done["c"].outputs] == [2]
+        # One batch: same id for all; size counts the items that reached the device.
+        assert len({p.batch_id for p in done.values()}) == 1
+        assert done["a"].batch_size == done["c"].batch_size == 2
+        for p in done.values():
+            assert set(PHASES) - {"post"} <= set(p.spans)
+            assert all(v >= 0 for v in p.spans.values())
+
+    def test_expired_request_dropped_before_compute(self) -> None:
+        handler = RecordingHandler()
+        pipe, q, out = make_pipeline(handler, delay_ms=20.0)
+        put_all(q, {"late": b"late-payload", "ok": b"ok"}, deadline_ns={"late": 1})
+        pipe.start()
+        try:
+            done = out.wait_for(2)
+        finally:
+            pipe.stop(5.0)
+        assert done["late"].code == "DEADLINE_EXCEEDED"
+        assert "before compute" in done["late"].message
+        assert done["late"].batch_id == -1
+        assert b"late-payload" not in handler.preprocessed  # never pre-processed
+        assert done["ok"].code == "OK" and done["ok"].batch_id >= 1
+
+    def test_forward_error_fails_batch_and_pipeline_keeps_serving(self) -> None:
+        handler = RecordingHandler()
+        pipe, q, out = make_pipeline(handler, max_batch=2, delay_ms=5.0)
+        put_all(q, {"x": b"boom", "y": b"y"})
+        pipe.start()
+        try:
+            out.wait_for(2)
+            put_all(q, {"after": b"fine"})
+            done = out.wait_for(3)
+        finally:
+            pipe.stop(5.0)
+        assert done["x"].code == done["y"].code == "INTERNAL"
+        assert "kaboom" in done["x"].message
+        assert done["after"].code == "OK" and done["after"].outputs[0].label == 4
+
+    def test_device_oom_is_resource_exhausted(self) -> None:
+        handler = RecordingHandler(forward_error=DeviceOutOfMemory("device out of memory on a single item"))
+        pipe, q, out = make_pipeline(handler)
+        put_all(q, {"a": b"a"})
+        pipe.start()
+        try:
+            done = out.wait_for(1)
+        finally:
+            pipe.stop(5.0)
+        assert done["a"].code == "RESOURCE_EXHAUSTED"
+        assert "retry with fewer items" in done["a"].message
+
+    def test_batches_in_arrival_order_and_stop_drains(self) -> None:
+        handler = RecordingHandler()
+        pipe, q, out = make_pipeline(handler, max_batch=2, delay_ms=1000.0)
+        put_all(q, {f"r{i}": b"x" * (i + 1) for i in range(5)})
+        pipe.start()
+        pipe.stop(5.0)  # closes the queue: the last, partial batch leaves without its 1 s delay
+        done = out.wait_for(5, timeout_s=0.1)
+        order = sorted(done.values(), key=lambda p: p.batch_id)
+        assert [p.request_id for p in order] == [f"r{i}" for i in range(5)]
+        assert [p.batch_size for p in order] == [2, 2, 2, 2, 1]
+        assert all(p.code == "OK" and p.outputs[0].label == int(p.request_id[1:]) + 1 for p in order)
+
+
+# -- device runner ---------------------------------------------------------------------------------------
+class OomUnlessSmall(Handler):
+    """Raises torch's OutOfMemoryError for batches above ``fits`` rows."""
+
+    name = "oom"
+
+    def __init__(self, fits: int) -> None:
+        super().__init__()
+        self.fits = fits
+
+    def forward(self, model: Any, batch: Any) -> Any:
+        import torch
+
+        if batch.shape[0] > self.fits:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return batch * 2
+
+
+def test_device_runner_splits_a_batch_after_oom() -> None:
+    import torch
+
+    runner = DeviceRunner(OomUnlessSmall(fits=2), "cpu")
+    runner.place(torch.nn.Identity())
+    batch = torch.arange(8, dtype=torch.float32).view(8, 1)
+    result = runner.run(batch)
+    assert torch.equal(result.output, batch * 2)
+    assert result.splits == 3  # 8 → 4+4 → 2+2+2+2
+    with pytest.raises(DeviceOutOfMemory, match="single item"):
+        DeviceRunner(OomUnlessSmall(fits=0), "cpu").run(batch[:1])
+
+
+# -- validation and configuration --------------------------------------------------------------------------
+def test_validate_request() -> None:
+    limits = Limits(max_items=2, max_message_bytes=1 << 20)
+    one = pb.Input(data=b"x")
+    assert validate_request(pb.InferRequest(inputs=[one]), "image", limits) is None
+    assert validate_request(pb.InferRequest(model="image", inputs=[one]), "image", limits) is None
+    cases = [
+        (pb.InferRequest(model="text", inputs=[one]), "NOT_FOUND", "'text' is not served here"),
+        (pb.InferRequest(), "INVALID_ARGUMENT", "no inputs"),
+        (pb.InferRequest(inputs=[one, one, one]), "INVALID_ARGUMENT", "3 inputs, over the limit of 2"),
+        (pb.InferRequest(inputs=[one, pb.Input()]), "INVALID_ARGUMENT", "input 1 is empty"),
+    ]
+    for request, code, message in cases:
+        result = validate_request(request, "image", limits)
+        assert result is not None
+        assert result[0].name == code and message in result[1]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_batch_size", 0, "--max-batch-size must be at least 1"),
+        ("max_queue_delay_ms", -1.0, "--max-queue-delay-ms must be >= 0"),
+        ("max_queue_size", 0, "--max-queue-size must be at least 1"),
+        ("instances", 0, "--instances must be at least 1"),
+        ("pre_threads", 0, "--pre-threads must be at least 1"),
+        ("intra_op_threads", -1, "--intra-op-threads must be >= 0"),
+        ("max_message_bytes", 10, "--max-message-bytes must be at least 1024"),
+        ("max_items_per_request", 0, "--max-items-per-request must be at least 1"),
+        ("port", 70000, "--port must be in 0..65535"),
+        ("metrics_port", -2, "--metrics-port must be in -1..65535"),
+        ("tls_cert", "cert.pem", "--tls-cert and --tls-key go together"),
+        ("tls_client_ca", "ca.pem", "--tls-client-ca needs --tls-cert"),
+        ("sample_interval_s", 0.0, "--sample-interval-s must be > 0"),
+    ],
+)
+def test_serve_config_validate_messages(field: str, value: Any, message: str) -> None:
+    ServeConfig().validate()  # defaults are valid
+    cfg = ServeConfig(**{field: value})
+    with pytest.raises(ValueError) as err:
+        cfg.validate()
+    assert message in str(err.value)
+
+
+def test_cli_key_values_and_env_names() -> None:
+    assert key_values(["size=32", " max_pixels = 100 "], "--handler-option") == {
+        "size": "32",
+        "max_pixels": "100",
+    }
+    with pytest.raises(CliError, match="--handler-option 'size': expected key=value"):
+        key_values(["size"], "--handler-option")
+    assert env_name("--max-queue-delay-ms") == "NETGAIN_MAX_QUEUE_DELAY_MS"
+
+
+def test_cold_start_timeline() -> None:
+    cold = ColdStart(created_unix_s=1000.0)
+    cold.mark("process_start", 1000.5)
+    cold.mark("imports", 1002.0)
+    cold.mark("ready", 1003.0)
+    assert cold.timeline() == [("process_start", 0.5, 0.5), ("imports", 2.0, 1.5), ("ready", 3.0, 1.0)]
+    assert COLD_START_PHASES[0] == "process_start" and COLD_START_PHASES[-1] == "ready"
+    with pytest.raises(ValueError, match="unknown cold-start phase"):
+        cold.mark("lunch")
+
+
+# -- telemetry helpers ---------------------------------------------------------------------------------------
+def test_duration_buckets_span_10us_to_10s_log_spaced() -> None:
+    assert DURATION_BUCKETS[0] == pytest.approx(1e-5)
+    assert DURATION_BUCKETS[-1] == pytest.approx(10.0)
+    ratios = [b / a for a, b in itertools.pairwise(DURATION_BUCKETS)]
+    assert all(1.6 < r < 1.9 for r in ratios)  # 4 per decade
+    assert log_buckets(1e-3, 1.0, per_decade=1) == (0.001, 0.01, 0.1, 1.0)
+
+
+def test_span_log_rotates(tmp_path: Any) -> None:
+    path = tmp_path / "spans.jsonl"
+    log = SpanLog(str(path), max_bytes=100)
+    log.write(["a" * 60 + "\n"])
+    log.write(["b" * 60 + "\n"])  # would pass 100 bytes: the first line moves to .1
+    log.close()
+    assert path.read_text() == "b" * 60 + "\n"
+    assert (tmp_path / "spans.jsonl.1").read_text() == "a" * 60 + "\n"
+
+
+def test_span_record_fields() -> None:
+    p = pending("req-1", items=2, arrival_ns=5)
+    p.batch_id, p.batch_size = 7, 4
+    p.spans = {"queue": 1_500_000, "kernel": 2_000_000}
+    rec = span_record(p, 4_000_000, 1_700_000_000_000_000_000)
+    assert rec["id"] == "req-1" and rec["code"] == "OK" and rec["items"] == 2
+    assert (rec["batch_id"], rec["batch_size"], rec["total_ms"]) == (7, 4, 4.0)
+    assert rec["queue_ms"] == 1.5 and rec["kernel_ms"] == 2.0 and rec["pre_ms"] == 0.0
+    assert {f"{ph}_ms" for ph in PHASES} <= set(rec)
+
+
+def test_thread_roles() -> None:
+    assert thread_role("python", 10, 10) == "frontend"
+    assert thread_role("netgain-prepost_0", 11, 10) == "prepost"
+    assert thread_role("netgain-device-0", 12, 10) == "device"
+    assert thread_role("netgain-batcher", 13, 10) == "batcher"
+    assert thread_role("grpc_global_tim", 14, 10) == "grpc"
+    assert thread_role("", 15, 10) == "compute"
+
+
+def test_example_inputs_are_deterministic() -> None:
+    from server.handlers.tabular import TabularHandler
+
+    h = TabularHandler()
+    assert h.example_input(random.Random(3)) == h.example_input(random.Random(3))
+
+
+def test_recorder_observes_with_exemplars_and_writes_span_log(tmp_path: Any) -> None:
+    import json
+
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+    from server.telemetry.metrics import ServerMetrics
+    from server.telemetry.recorder import Recorder
+
+    registry = CollectorRegistry()
+    metrics = ServerMetrics(registry, "null", "cpu")
+    path = tmp_path / "spans.jsonl"
+    rec = Recorder(metrics, SpanLog(str(path)), wall_offset_ns=0)
+    long_id = "r" * 128  # the longest id the servicer accepts
+    # Totals in different buckets: a bucket keeps only its latest exemplar.
+    for rid, code, total in (
+        ("short", "OK", 6_000),
+        (long_id, "OK", 60_000_000),
+        ("bad", "INVALID_ARGUMENT", 1),
+    ):
+        p = pending(rid)
+        p.code = code
+        p.spans = {phase: 1_000 for phase in PHASES}
+        rec.request_done(p, total)
+    rec.batch_done(2, 5_000)
+    rec.start()
+    rec.stop()  # drains what is left, closes the span log
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["short", long_id, "bad"]
+    assert (
+        registry.get_sample_value("netgain_requests_total", {"model": "null", "device": "cpu", "code": "OK"})
+        == 2
+    )
+    assert (
+        registry.get_sample_value(
+            "netgain_phase_duration_seconds_count", {"model": "null", "device": "cpu", "phase": "kernel"}
+        )
+        == 2
+    )
+    assert registry.get_sample_value("netgain_batches_total", {"model": "null", "device": "cpu"}) == 1
+    assert rec.kernel_ns_total == 5_000
+    exposition = generate_openmetrics(registry).decode()
+    assert 'request_id="short"' in exposition and 'request_id="' + long_id[:100] in exposition
+    assert "request_id" not in generate_latest(registry).decode()
+
+
+def test_resolve_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from server.device import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("cpu") == "cpu" and resolve_device("auto") == "cpu"
+    with pytest.raises(ValueError, match="--device cuda: CUDA is not available on this host"):
+        resolve_device("cuda")
+    with pytest.raises(ValueError, match="use cpu, cuda, cuda:N or auto"):
+        resolve_device("tpu")
+    with pytest.raises(ValueError, match="use cpu, cuda, cuda:N or auto"):
+        resolve_device("cudax")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("auto") == "cuda" and resolve_device("cuda:1") == "cuda:1"
+    for bad in ("cuda:2", "cuda:x", "cuda:-1"):
+        with pytest.raises(ValueError, match=r"no such GPU, this host has 2 \(cuda:0..cuda:1\)"):
+            resolve_device(bad)
