@@ -11,7 +11,7 @@ from server.cliargs import CliError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from loadgen import cli_demo, cli_load, cli_report, cli_trace
+    from loadgen import cli_demo, cli_experiments, cli_load, cli_report, cli_trace
     from server import cli as serve_cli
 
     parser = argparse.ArgumentParser(
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_load.add_parser(sub)
     cli_report.add_parser(sub)
     cli_trace.add_parser(sub)
+    cli_experiments.add_parser(sub)
     cli_demo.add_parser(sub)
     return parser
 

@@ -61,6 +61,13 @@ def add_parser(sub: Any) -> None:
     flag(p, "--web-ui", action="store_true", default=False, help="serve Locust's web UI")
     flag(p, "--web-port", type=int, default=8089, help="Locust web UI port")
     flag(p, "--tls-ca", default=None, help="PEM CA to verify TLS targets")
+    flag(
+        p,
+        "--probe",
+        default="all",
+        choices=["all", "first"],
+        help="targets that must be ready before the run (first: later ones may still be starting)",
+    )
     flag(p, "--quiet", action="store_true", default=False, help="no progress lines")
     flag(p, "--worker", action="store_true", default=False, help="run as a worker of a master elsewhere")
     flag(p, "--master-host", default="127.0.0.1", help="worker: the master's address")
@@ -148,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
         price_per_hour=args.price_per_hour,
         wait_ready_s=args.wait_ready_s,
         tls_ca=args.tls_ca,
+        probe=args.probe,
         quiet=args.quiet,
         command=["netgain", *sys.argv[1:]],
     )

@@ -56,6 +56,7 @@ class LoadConfig:
     price_per_hour: float | None = None
     wait_ready_s: float = 0.0
     tls_ca: str | None = None
+    probe: str = "all"  # "first": only the first target must be ready (scale-up drills)
     quiet: bool = False
     command: list[str] = field(default_factory=list)
 
@@ -112,7 +113,8 @@ class Master:
         from locust.env import Environment
 
         cfg = self.cfg
-        infos = [probe_target(t, cfg.wait_ready_s, cfg.tls_ca) for t in cfg.targets]
+        probed = cfg.targets if cfg.probe == "all" else cfg.targets[:1]
+        infos = [probe_target(t, cfg.wait_ready_s, cfg.tls_ca) for t in probed]
         model = cfg.model or infos[0].handler or infos[0].model
         env = Environment(user_classes=[], events=None)
         runner = env.create_master_runner(cfg.master_bind_host, cfg.master_bind_port)
@@ -223,7 +225,7 @@ class Master:
         rate = len(self.schedule) / max(total_s, 1e-9) if cfg.mode == "open" else 0.0
         urls = [
             (f"http://{t.rsplit(':', 1)[0]}:{info.metrics_port}/metrics", f"server:{t}")
-            for t, info in zip(cfg.targets, infos, strict=True)
+            for t, info in zip(cfg.targets, infos, strict=False)  # unprobed targets are not scraped
             if info.metrics_port > 0
         ]
         last_tick = time.monotonic()

@@ -1,0 +1,253 @@
+"""``netgain compare``, ``netgain drill`` and ``netgain profile``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from typing import Any
+
+from server.cliargs import CliError, flag
+
+
+def _ints(raw: str, what: str) -> list[int]:
+    try:
+        out = [int(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise CliError(f"{what} {raw!r}: expected comma-separated integers") from None
+    if not out or min(out) < 1:
+        raise CliError(f"{what} {raw!r}: values must be >= 1")
+    return out
+
+
+def _floats(raw: str, what: str) -> list[float]:
+    try:
+        out = [float(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise CliError(f"{what} {raw!r}: expected comma-separated numbers") from None
+    if min(out, default=1.0) <= 0:
+        raise CliError(f"{what} {raw!r}: values must be > 0")
+    return out
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def add_parser(sub: Any) -> None:
+    c: argparse.ArgumentParser = sub.add_parser(
+        "compare",
+        help="CPU baseline vs GPU treatment on identical traffic: warm, cold, batch sizes, rates",
+        description="Runs the same seeded traffic against a baseline and a treatment server (cpu and cuda by "
+        "default): cold (right after start) and warm, across --batch-sizes and --items, plus a rate "
+        "sweep for capacity at the SLO; then writes the comparison report with the verdict.",
+    )
+    flag(c, "--model", default="image", help="built-in model or module:Class")
+    flag(c, "--handler-option", action="append", default=[], metavar="KEY=VALUE", help="handler option")
+    flag(c, "--trace", default=None, help="recorded trace to replay (else --arrival/--rate)")
+    flag(c, "--arrival", default="poisson", help="arrival model when no --trace")
+    flag(c, "--rate", type=float, default=50.0, help="mean requests/s of the compared runs")
+    flag(c, "--duration", type=float, default=30.0, help="measured seconds per run")
+    flag(c, "--warmup-s", type=float, default=5.0, help="warm-up of the warm runs")
+    flag(
+        c, "--batch-sizes", default="1,4,16,64", help="server max batch sizes to sweep (1 is always included)"
+    )
+    flag(c, "--items", default="1", help="client items per request to sweep, e.g. 1,8")
+    flag(c, "--rates", default=None, help="request rates of the capacity sweep (default: rate x 0.5,1,2,4)")
+    flag(c, "--sweep-duration", type=float, default=None, help="seconds per sweep run (default: duration/2)")
+    flag(c, "--cpu-price-per-hour", type=float, default=None, help="baseline host price (required)")
+    flag(c, "--gpu-price-per-hour", type=float, default=None, help="treatment host price (required)")
+    flag(c, "--slo-p99-ms", type=float, default=None, help="latency objective (required)")
+    flag(c, "--baseline-device", default="cpu", help="device of the baseline")
+    flag(
+        c,
+        "--treatment-device",
+        default="cuda",
+        help="device of the treatment (cpu to compare two CPU setups)",
+    )
+    flag(c, "--baseline-serve-args", default="", help="extra `netgain serve` flags for the baseline")
+    flag(c, "--treatment-serve-args", default="", help="extra `netgain serve` flags for the treatment")
+    flag(
+        c,
+        "--treatment-from",
+        default=None,
+        help="use treatment runs recorded elsewhere (an earlier OUT/treatment)",
+    )
+    flag(c, "--workers", type=int, default=1, help="load-generator workers per run")
+    flag(c, "--seed", type=int, default=0, help="seed of traffic, payloads and weights")
+    flag(c, "--out", default="runs/compare", help="output directory (re-run to resume)")
+    c.set_defaults(func=run_compare)
+
+    d: argparse.ArgumentParser = sub.add_parser(
+        "drill", help="cold-start distribution from outside and inside; optional scale-up drill under load"
+    )
+    flag(d, "--model", default="image", help="built-in model or module:Class")
+    flag(d, "--device", default="cpu", help="cpu, cuda or auto")
+    flag(d, "--repeats", type=int, default=5, help="cold starts to measure")
+    flag(d, "--serve-args", default="", help="extra `netgain serve` flags")
+    flag(d, "--scale-up", action="store_true", default=False, help="also run the scale-up drill")
+    flag(d, "--rate", type=float, default=20.0, help="scale-up drill: constant request rate")
+    flag(d, "--duration", type=float, default=20.0, help="scale-up drill: seconds of load")
+    flag(d, "--delay-s", type=float, default=3.0, help="scale-up drill: when replica 2 is spawned")
+    flag(d, "--workers", type=int, default=1, help="scale-up drill: load workers")
+    flag(d, "--out", default="runs/drill", help="output directory (drill.json)")
+    d.set_defaults(func=run_drill)
+
+    p: argparse.ArgumentParser = sub.add_parser(
+        "profile", help="torch.profiler trace and py-spy CPU profile under steady load, beside the spans"
+    )
+    flag(p, "--model", default="image", help="built-in model or module:Class")
+    flag(p, "--device", default="cpu", help="cpu, cuda or auto")
+    flag(p, "--serve-args", default="", help="extra `netgain serve` flags")
+    flag(p, "--rate", type=float, default=20.0, help="steady request rate")
+    flag(p, "--duration", type=float, default=15.0, help="seconds of load")
+    flag(p, "--batches", type=int, default=20, help="batches captured by torch.profiler")
+    flag(p, "--workers", type=int, default=1, help="load workers")
+    flag(p, "--out", default="runs/profile", help="output directory")
+    p.set_defaults(func=run_profile)
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    from loadgen.experiments.compare import CompareConfig, Progress, Side, run_side, summarize
+
+    missing = [
+        f
+        for f, v in (
+            ("--cpu-price-per-hour", args.cpu_price_per_hour),
+            ("--gpu-price-per-hour", args.gpu_price_per_hour),
+            ("--slo-p99-ms", args.slo_p99_ms),
+        )
+        if v is None
+    ]
+    if missing:
+        raise CliError(f"{', '.join(missing)} required: the verdict is about cost at a latency objective")
+    if args.treatment_device.startswith("cuda") and not args.treatment_from and not _cuda_available():
+        raise CliError(
+            "no CUDA on this host: run compare on a GPU host, pass --treatment-from DIR with the "
+            "treatment runs recorded there, or --treatment-device cpu to compare two CPU setups"
+        )
+    batch_sizes = sorted(set(_ints(args.batch_sizes, "--batch-sizes")) | {1})
+    rates = _floats(args.rates, "--rates") if args.rates else [args.rate * f for f in (0.5, 1.0, 2.0, 4.0)]
+    traffic = (
+        ["--trace", args.trace] if args.trace else ["--arrival", args.arrival, "--rate", f"{args.rate:g}"]
+    )
+    cfg = CompareConfig(
+        model=args.model,
+        traffic=traffic,
+        duration_s=args.duration,
+        warmup_s=args.warmup_s,
+        batch_sizes=batch_sizes,
+        items=_ints(args.items, "--items"),
+        rates=rates,
+        sweep_duration_s=args.sweep_duration or max(5.0, args.duration / 2),
+        slo_p99_ms=args.slo_p99_ms,
+        workers=args.workers,
+        out=args.out,
+        handler_options=list(args.handler_option),
+        seed=args.seed,
+        baseline=Side(
+            "baseline", args.baseline_device, args.cpu_price_per_hour, shlex.split(args.baseline_serve_args)
+        ),
+        treatment=Side(
+            "treatment",
+            args.treatment_device,
+            args.gpu_price_per_hour,
+            shlex.split(args.treatment_serve_args),
+            from_dir=args.treatment_from,
+        ),
+    )
+    os.makedirs(cfg.out, exist_ok=True)
+    per_side = len(batch_sizes) * (2 + len([k for k in cfg.items if k != 1])) + len(rates)
+    progress = Progress(2 * per_side)
+    sides = {
+        "baseline": run_side(cfg, cfg.baseline, progress),
+        "treatment": run_side(cfg, cfg.treatment, progress),
+    }
+    reports, rows = summarize(cfg, sides)
+    print_compare(reports, rows, cfg.out)
+    return 0
+
+
+def print_compare(reports: dict[str, Any], rows: list[list[Any]], out: str) -> None:
+    for label in ("warm", "cold"):
+        v = reports[label].get("verdict") or {}
+        print(f"{label.upper()}: net gain {'YES' if v.get('net_gain') else 'NO'}")
+        for reason in v.get("reasons", []):
+            print(f"  - {reason}")
+    print()
+    head = [
+        "side",
+        "device",
+        "batch",
+        "run",
+        "p50 ms",
+        "p99 ms",
+        "ok/s",
+        "cost/1k",
+        "bottleneck",
+        "tail",
+        "valid",
+    ]
+    cells = [head] + [[_fmt(x) for x in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    for i, r in enumerate(cells):
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
+        if i == 0:
+            print("  ".join("-" * w for w in widths))
+    print(f"\nreports: {out}/compare-warm/report.html, {out}/compare-cold/report.html")
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return "-" if x is None else str(x)
+
+
+def run_drill(args: argparse.Namespace) -> int:
+    from loadgen.experiments.drill import run_drill as drill
+
+    if args.repeats < 1:
+        raise CliError("--repeats must be >= 1")
+    scale = (
+        {"rate": args.rate, "duration_s": args.duration, "delay_s": args.delay_s, "workers": args.workers}
+        if args.scale_up
+        else None
+    )
+    summary = drill(args.model, args.device, args.repeats, shlex.split(args.serve_args), args.out, scale)
+    for key in ("spawn_to_up_s", "spawn_to_serving_s", "spawn_to_first_ok_s"):
+        d = summary[key]
+        print(
+            f"{key:22s} median {d['median']:.2f} s  p90 {d['p90']:.2f} s  max {d['max']:.2f} s  (n={d['n']})"
+        )
+    for phase, d in summary["inside"].items():
+        print(f"  inside {phase:14s} median {d['median']:.3f} s  max {d['max']:.3f} s")
+    if "scale_up" in summary:
+        print("scale-up: " + json.dumps({k: v for k, v in summary["scale_up"].items() if k != "run_dir"}))
+    print(f"wrote {args.out}/drill.json")
+    return 0
+
+
+def run_profile(args: argparse.Namespace) -> int:
+    from loadgen.experiments.profile import render
+    from loadgen.experiments.profile import run_profile as profile
+
+    summary = profile(
+        args.model,
+        args.device,
+        shlex.split(args.serve_args),
+        args.out,
+        args.rate,
+        args.duration,
+        args.batches,
+        args.workers,
+    )
+    text = render(summary)
+    with open(os.path.join(args.out, "profile-summary.md"), "w") as fh:
+        fh.write(text + "\n")
+    print(text)
+    print(f"\nwrote {args.out}/profile-summary.md", file=sys.stderr)
+    return 0

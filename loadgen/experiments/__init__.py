@@ -1,0 +1,1 @@
+"""Experiments built from serve + load + report: compare, drill and profile."""

@@ -1,0 +1,268 @@
+"""``netgain compare``: the same traffic against a CPU baseline and a GPU treatment, warm and cold,
+across server batch sizes and client items per request, with a rate sweep for capacity at the SLO.
+
+Every run is an ordinary run directory under ``OUT/<side>/...``; a run whose ``meta.json``
+exists is reused, so an interrupted compare resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadgen.orchestrate import ServerProcess, run_load
+from server.cliargs import CliError
+
+
+@dataclass
+class Side:
+    name: str  # "baseline" or "treatment"
+    device: str
+    price_per_hour: float
+    serve_args: list[str] = field(default_factory=list)
+    from_dir: str | None = None  # runs recorded elsewhere (e.g. on a GPU host)
+
+
+@dataclass
+class CompareConfig:
+    model: str
+    traffic: list[str]  # netgain load flags that fix the traffic (--trace or --arrival/--rate ...)
+    duration_s: float
+    warmup_s: float
+    batch_sizes: list[int]
+    items: list[int]
+    rates: list[float]
+    sweep_duration_s: float
+    slo_p99_ms: float
+    workers: int
+    out: str
+    baseline: Side
+    treatment: Side
+    handler_options: list[str] = field(default_factory=list)
+    seed: int = 0
+
+
+class Progress:
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.started = time.monotonic()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        elapsed = time.monotonic() - self.started
+        print(f"[{self.done}/{self.total} {elapsed:6.0f}s] {label}", file=sys.stderr, flush=True)
+
+
+def _done(run_dir: str) -> bool:
+    return os.path.exists(os.path.join(run_dir, "meta.json"))
+
+
+def _serve_args(cfg: CompareConfig, side: Side, batch: int, span_log: str) -> list[str]:
+    args = [
+        "--model",
+        cfg.model,
+        "--device",
+        side.device,
+        "--max-batch-size",
+        str(batch),
+        "--seed",
+        str(cfg.seed),
+        "--span-log",
+        span_log,
+    ]
+    for opt in cfg.handler_options:
+        args += ["--handler-option", opt]
+    return args + side.serve_args
+
+
+def _load(cfg: CompareConfig, side: Side, target: str, out: str, *, warmup_s: float, extra: list[str]) -> int:
+    args = [
+        "--target",
+        target,
+        *cfg.traffic,
+        "--duration",
+        str(cfg.duration_s),
+        "--warmup-s",
+        str(warmup_s),
+        "--workers",
+        str(cfg.workers),
+        "--seed",
+        str(cfg.seed),
+        "--out",
+        out,
+        "--price-per-hour",
+        str(side.price_per_hour),
+        "--slo-p99-ms",
+        str(cfg.slo_p99_ms),
+        *extra,
+    ]
+    rc = run_load(args, quiet=True)
+    if rc not in (0, 3, 4):
+        raise CliError(f"netgain load failed (exit {rc}) for {out}")
+    return rc
+
+
+def _p99(run_dir: str) -> float:
+    return _summary(run_dir)[0]
+
+
+def _summary(run_dir: str) -> tuple[float, bool]:
+    """(p99 ms, valid) of a run."""
+    from loadgen.analysis import build_report
+
+    rep = build_report(run_dir, bootstrap=0)
+    return float(rep["latency_ms"]["p99"] or float("inf")), bool(rep["valid"])
+
+
+def run_side(cfg: CompareConfig, side: Side, progress: Progress) -> dict[str, Any]:
+    """All runs of one side; returns {"batches": {b: {...paths}}, "best_batch": b, "sweep": [dirs]}."""
+    root = side.from_dir or os.path.join(cfg.out, side.name)
+    os.makedirs(root, exist_ok=True)
+    result: dict[str, Any] = {"root": root, "batches": {}, "sweep": []}
+    for b in cfg.batch_sizes:
+        runs = {"cold": os.path.join(root, f"b{b}", "cold"), "warm": os.path.join(root, f"b{b}", "warm")}
+        runs.update({f"items{k}": os.path.join(root, f"b{b}", f"items{k}") for k in cfg.items if k != 1})
+        result["batches"][b] = runs
+        if all(_done(d) for d in runs.values()) or side.from_dir:
+            for label in runs:
+                progress.step(f"{side.name} {side.device} batch {b} {label}: reused")
+            continue
+        span_log = os.path.join(root, f"b{b}", "spans.jsonl")
+        os.makedirs(os.path.dirname(span_log), exist_ok=True)
+        with ServerProcess(
+            _serve_args(cfg, side, b, span_log), log_path=os.path.join(root, f"b{b}", "server.log")
+        ) as sp:
+            ready_s = sp.wait_ready()
+            for label, run_dir in runs.items():
+                if _done(run_dir):
+                    progress.step(f"{side.name} {side.device} batch {b} {label}: reused")
+                    continue
+                if label == "cold":  # right after start: no warm-up excluded, the first requests count
+                    _load(cfg, side, sp.target, run_dir, warmup_s=0.0, extra=[])
+                    with open(os.path.join(run_dir, "drill.json"), "w") as fh:
+                        json.dump({"spawn_to_serving_s": ready_s}, fh)
+                elif label == "warm":
+                    _load(cfg, side, sp.target, run_dir, warmup_s=cfg.warmup_s, extra=[])
+                else:
+                    _load(cfg, side, sp.target, run_dir, warmup_s=cfg.warmup_s, extra=["--items", label[5:]])
+                progress.step(f"{side.name} {side.device} batch {b} {label}: p99 {_p99(run_dir):.2f} ms")
+    result["best_batch"] = best_batch(cfg, {b: r["warm"] for b, r in result["batches"].items()})
+    b = result["best_batch"]
+    sweep = [os.path.join(root, "sweep", f"b{b}-r{r:g}") for r in cfg.rates]
+    result["sweep"] = sweep
+    if side.from_dir or all(_done(d) for d in sweep):
+        for _ in sweep:
+            progress.step(f"{side.name} sweep: reused")
+        return result
+    span_log = os.path.join(root, "sweep", "spans.jsonl")
+    os.makedirs(os.path.dirname(span_log), exist_ok=True)
+    with ServerProcess(
+        _serve_args(cfg, side, b, span_log), log_path=os.path.join(root, "sweep", "server.log")
+    ) as sp:
+        sp.wait_ready()
+        for rate, run_dir in zip(cfg.rates, sweep, strict=True):
+            if not _done(run_dir):
+                traffic = _with_rate(cfg.traffic, rate)
+                args = [
+                    "--target",
+                    sp.target,
+                    *traffic,
+                    "--duration",
+                    str(cfg.sweep_duration_s),
+                    "--warmup-s",
+                    str(min(cfg.warmup_s, 2.0)),
+                    "--workers",
+                    str(cfg.workers),
+                    "--seed",
+                    str(cfg.seed),
+                    "--out",
+                    run_dir,
+                    "--price-per-hour",
+                    str(side.price_per_hour),
+                    "--slo-p99-ms",
+                    str(cfg.slo_p99_ms),
+                ]
+                if run_load(args, quiet=True) not in (0, 3, 4):
+                    raise CliError(f"netgain load failed for {run_dir}")
+            progress.step(
+                f"{side.name} {side.device} sweep batch {b} at {rate:g} req/s: p99 {_p99(run_dir):.2f} ms"
+            )
+    return result
+
+
+def _with_rate(traffic: list[str], rate: float) -> list[str]:
+    out = list(traffic)
+    if "--rate" in out:
+        out[out.index("--rate") + 1] = f"{rate:g}"
+    else:
+        out += ["--rate", f"{rate:g}"]
+    return out
+
+
+def best_batch(cfg: CompareConfig, warm_runs: dict[int, str]) -> int:
+    """The largest batch size whose valid warm run meets the SLO (more capacity under load); if
+    none does, the valid one with the lowest p99; invalid runs only when nothing else exists."""
+    stats = {b: _summary(d) for b, d in warm_runs.items() if _done(d)}
+    if not stats:
+        raise CliError("no warm run finished: nothing to compare")
+    valid = {b: p99 for b, (p99, ok) in stats.items() if ok} or {b: p99 for b, (p99, _) in stats.items()}
+    meeting = [b for b, p99 in valid.items() if p99 <= cfg.slo_p99_ms]
+    return max(meeting) if meeting else min(valid, key=lambda b: valid[b])
+
+
+def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[list[Any]]]:
+    from loadgen.analysis import build_report, write_outputs
+
+    rows: list[list[Any]] = []
+    for name, res in sides.items():
+        side = cfg.baseline if name == "baseline" else cfg.treatment
+        for b, runs in res["batches"].items():
+            for label, run_dir in runs.items():
+                if not _done(run_dir):
+                    continue
+                rep = build_report(
+                    run_dir, price_per_hour=side.price_per_hour, slo_p99_ms=cfg.slo_p99_ms, bootstrap=0
+                )
+                cost = rep.get("cost_per_1k")
+                rows.append(
+                    [
+                        name,
+                        side.device,
+                        b,
+                        label,
+                        rep["latency_ms"]["p50"],
+                        rep["latency_ms"]["p99"],
+                        rep["throughput_rps"],
+                        cost,
+                        rep["bottleneck"]["kind"],
+                        rep["tail"].get("dominant"),
+                        "valid" if rep["valid"] else "INVALID",
+                    ]
+                )
+    base, treat = sides["baseline"], sides["treatment"]
+    out: dict[str, Any] = {}
+    for label in ("warm", "cold"):
+        rep = build_report(
+            treat["batches"][treat["best_batch"]][label],
+            baseline_dir=base["batches"][base["best_batch"]][label],
+            price_per_hour=cfg.treatment.price_per_hour,
+            baseline_price_per_hour=cfg.baseline.price_per_hour,
+            slo_p99_ms=cfg.slo_p99_ms,
+            sweep_dirs=[d for d in treat["sweep"] if _done(d)],
+            baseline_sweep_dirs=[d for d in base["sweep"] if _done(d)],
+        )
+        rep["compare"] = {
+            "best_batch": {"baseline": base["best_batch"], "treatment": treat["best_batch"]},
+            "runs": rows,
+            "mode": label,
+        }
+        dest = os.path.join(cfg.out, f"compare-{label}")
+        os.makedirs(dest, exist_ok=True)
+        write_outputs(rep, dest)
+        out[label] = rep
+    return out, rows

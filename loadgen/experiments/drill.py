@@ -1,0 +1,197 @@
+"""``netgain drill``: cold start measured from outside and inside, and a scale-up drill under load.
+
+Cold start, per repeat: spawn → process up (ports bound) → health SERVING → first successful
+response at the client, beside the server's own timeline (imports, model built, on device,
+warm-up, ready) from ServerInfo. Scale-up: load runs against replica 1 and a second target
+that is not started yet; replica 2 is then spawned, and the drill measures until it answers
+its share.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import statistics
+import sys
+import threading
+import time
+from typing import Any
+
+import grpc
+
+from loadgen.orchestrate import ServerProcess, run_load
+from protos import InferenceStub, pb
+from server.handlers import create_handler
+
+
+def _first_success(target: str, request: pb.InferRequest, timeout_s: float) -> float:
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(target) as ch:
+        stub = InferenceStub(ch)
+        while time.monotonic() < deadline:
+            try:
+                stub.Infer(request, timeout=10.0)
+                return time.time()
+            except grpc.RpcError:
+                time.sleep(0.01)
+    raise TimeoutError(f"no successful response from {target} within {timeout_s:.0f} s")
+
+
+def cold_start(model: str, device: str, serve_args: list[str], log_path: str) -> dict[str, Any]:
+    handler = create_handler(model, _options(serve_args))
+    request = pb.InferRequest(inputs=[handler.example_input(random.Random(0))])
+    sp = ServerProcess(["--model", model, "--device", device, *serve_args], log_path=log_path)
+    with sp:
+        up = time.time()  # ports file exists: the process is up and listening
+        serving_s = sp.wait_ready()
+        first = _first_success(sp.target, request, 60.0)
+        with grpc.insecure_channel(sp.target) as ch:
+            info = InferenceStub(ch).ServerInfo(pb.ServerInfoRequest(), timeout=10.0)
+    spawn = sp.spawned_at
+    return {
+        "spawn_to_up_s": up - spawn,
+        "spawn_to_serving_s": serving_s,
+        "spawn_to_first_ok_s": first - spawn,
+        "inside": {c.name: c.duration_s for c in info.cold_start},
+        "inside_total_s": info.cold_start[-1].at_s if info.cold_start else None,
+    }
+
+
+def _options(serve_args: list[str]) -> dict[str, str]:
+    opts = {}
+    for i, a in enumerate(serve_args):
+        if a == "--handler-option" and i + 1 < len(serve_args):
+            k, _, v = serve_args[i + 1].partition("=")
+            opts[k] = v
+    return opts
+
+
+def distribution(values: list[float]) -> dict[str, float]:
+    values = sorted(values)
+    return {
+        "n": len(values),
+        "min": values[0],
+        "median": statistics.median(values),
+        "p90": values[min(len(values) - 1, int(0.9 * len(values)))],
+        "max": values[-1],
+        "mean": statistics.fmean(values),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scale_up(
+    model: str,
+    device: str,
+    serve_args: list[str],
+    out: str,
+    rate: float,
+    duration_s: float,
+    delay_s: float,
+    workers: int,
+) -> dict[str, Any]:
+    """Replica 1 serves; load goes to replica 1 and replica 2's address; replica 2 starts after delay_s."""
+    import pyarrow.parquet as pq
+
+    run_dir = os.path.join(out, "scale-up")
+    port2 = free_port()
+    base = ["--model", model, "--device", device, *serve_args]
+    with ServerProcess(base, log_path=os.path.join(out, "replica1.log")) as r1:
+        r1.wait_ready()
+        target2 = f"127.0.0.1:{port2}"
+        result: dict[str, Any] = {}
+
+        def start_replica2() -> None:
+            time.sleep(delay_s)
+            r2 = ServerProcess(base, log_path=os.path.join(out, "replica2.log"), port=port2)
+            result["spawn_unix_s"] = time.time()
+            r2.start()
+            result["serving_s"] = r2.wait_ready()
+            result["proc"] = r2
+
+        t = threading.Thread(target=start_replica2)
+        t.start()
+        rc = run_load(
+            [
+                "--target",
+                f"{r1.target},{target2}",
+                "--probe",
+                "first",
+                "--arrival",
+                "constant",
+                "--rate",
+                str(rate),
+                "--duration",
+                str(duration_s),
+                "--warmup-s",
+                "0",
+                "--workers",
+                str(workers),
+                "--timeout-s",
+                "2",
+                "--out",
+                run_dir,
+                "--max-send-lag-ms",
+                "1000",
+            ],
+            quiet=True,
+        )
+        t.join()
+        r2proc = result.pop("proc", None)
+        if r2proc is not None:
+            r2proc.stop()
+    with open(os.path.join(run_dir, "meta.json")) as fh:
+        epoch_s = json.load(fh)["epoch_unix_ns"] / 1e9
+    t_ = pq.read_table(os.path.join(run_dir, "requests.parquet"), columns=["target", "status", "done_ns"])
+    d = t_.to_pydict()
+    ok2 = [
+        done / 1e9 + epoch_s
+        for tgt, st, done in zip(d["target"], d["status"], d["done_ns"], strict=True)
+        if tgt == target2 and st == "OK" and done is not None
+    ]
+    failed2 = sum(
+        1 for tgt, st in zip(d["target"], d["status"], strict=True) if tgt == target2 and st != "OK"
+    )
+    spawn = result.get("spawn_unix_s")
+    first_ok = min(ok2) if ok2 else None
+    return {
+        "load_exit": rc,
+        "replica2_spawn_to_serving_s": result.get("serving_s"),
+        "replica2_spawn_to_first_ok_s": (first_ok - spawn) if first_ok and spawn else None,
+        "replica2_failed_requests": failed2,
+        "replica2_ok_requests": len(ok2),
+        "run_dir": run_dir,
+    }
+
+
+def run_drill(
+    model: str, device: str, repeats: int, serve_args: list[str], out: str, scale: dict[str, Any] | None
+) -> dict[str, Any]:
+    os.makedirs(out, exist_ok=True)
+    samples = []
+    for i in range(repeats):
+        s = cold_start(model, device, serve_args, os.path.join(out, f"server-{i}.log"))
+        samples.append(s)
+        print(
+            f"[{i + 1}/{repeats}] spawn→up {s['spawn_to_up_s']:.2f} s, "
+            f"→SERVING {s['spawn_to_serving_s']:.2f} s, "
+            f"→first OK {s['spawn_to_first_ok_s']:.2f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    summary: dict[str, Any] = {"model": model, "device": device, "repeats": repeats, "samples": samples}
+    for key in ("spawn_to_up_s", "spawn_to_serving_s", "spawn_to_first_ok_s"):
+        summary[key] = distribution([s[key] for s in samples])
+    phases = samples[0]["inside"].keys() if samples else []
+    summary["inside"] = {p: distribution([s["inside"][p] for s in samples]) for p in phases}
+    if scale is not None:
+        summary["scale_up"] = scale_up(model, device, serve_args, out, **scale)
+    with open(os.path.join(out, "drill.json"), "w") as fh:
+        json.dump(summary, fh, indent=2)
+    return summary

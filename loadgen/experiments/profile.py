@@ -1,0 +1,196 @@
+"""``netgain profile``: under steady load, a torch.profiler Chrome trace (with the NVTX phase
+ranges) and a py-spy CPU profile of the server, summarised beside the phase spans.
+
+The py-spy profile is taken with idle frames included, so time the server spends waiting
+inside the inference call (the device thread blocked in a CUDA synchronisation) shows as
+waiting rather than vanishing from the CPU profile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+import grpc
+
+from loadgen.orchestrate import ServerProcess
+from protos import InferenceStub, pb
+from server.timing import PHASES
+
+
+def phase_medians(span_log: str) -> dict[str, float]:
+    rows = [json.loads(line) for line in open(span_log) if line.strip()]  # noqa: SIM115
+    ok = [r for r in rows if r["code"] == "OK"]
+    if not ok:
+        return {}
+    return {p: statistics.median(r[f"{p}_ms"] for r in ok) for p in (*PHASES, "total")}
+
+
+def trace_top_ops(trace_path: str, top: int = 8) -> dict[str, Any]:
+    with open(trace_path) as fh:
+        events = json.load(fh).get("traceEvents", [])
+    kernels: dict[str, float] = {}
+    copies = 0.0
+    for e in events:
+        if e.get("ph") != "X":
+            continue
+        if e.get("cat") == "kernel":
+            name = str(e.get("name"))[:80]
+            kernels[name] = kernels.get(name, 0.0) + float(e.get("dur", 0.0)) / 1e3
+        elif e.get("cat") == "gpu_memcpy":
+            copies += float(e.get("dur", 0.0)) / 1e3
+    total = sum(kernels.values())
+    return {
+        "kernel_ms_total": total,
+        "memcpy_ms_total": copies,
+        "top_kernels_ms": dict(sorted(kernels.items(), key=lambda kv: -kv[1])[:top]),
+    }
+
+
+def pyspy_summary(path: str, top: int = 6) -> dict[str, Any]:
+    """Per thread: share of samples by leaf frame, and the share spent waiting on the device."""
+    with open(path) as fh:
+        doc = json.load(fh)
+    frames = doc["shared"]["frames"]
+    out: dict[str, Any] = {}
+    for prof in doc.get("profiles", []):
+        leaves: Counter[str] = Counter()
+        waiting = 0.0
+        total = 0.0
+        for stack, weight in zip(prof.get("samples", []), prof.get("weights", []), strict=False):
+            if not stack:
+                continue
+            names = [frames[i]["name"] for i in stack]
+            leaves[names[-1]] += weight
+            total += weight
+            if any("synchronize" in n for n in names):
+                waiting += weight
+        if total:
+            out[prof.get("name", "?")] = {
+                "samples": total,
+                "waiting_on_device_share": waiting / total,
+                "top_leaf_share": {k: v / total for k, v in leaves.most_common(top)},
+            }
+    return out
+
+
+def run_profile(
+    model: str,
+    device: str,
+    serve_args: list[str],
+    out: str,
+    rate: float,
+    duration_s: float,
+    batches: int,
+    workers: int,
+) -> dict[str, Any]:
+    os.makedirs(out, exist_ok=True)
+    span_log = os.path.join(out, "spans.jsonl")
+    args = ["--model", model, "--device", device, "--profile-dir", out, "--span-log", span_log, *serve_args]
+    if device.startswith("cuda"):
+        args.append("--nvtx")
+    summary: dict[str, Any] = {"model": model, "device": device}
+    with ServerProcess(args, log_path=os.path.join(out, "server.log")) as sp:
+        sp.wait_ready()
+        load = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "loadgen.cli",
+                "load",
+                "--target",
+                sp.target,
+                "--arrival",
+                "poisson",
+                "--rate",
+                str(rate),
+                "--duration",
+                str(duration_s),
+                "--warmup-s",
+                "1",
+                "--workers",
+                str(workers),
+                "--out",
+                os.path.join(out, "run"),
+                "--quiet",
+            ],
+            stdin=subprocess.DEVNULL,
+        )
+        time.sleep(2.0)
+        spy = None
+        pyspy = shutil.which("py-spy")
+        spy_path = os.path.join(out, "pyspy.speedscope.json")
+        if pyspy:
+            spy = subprocess.Popen(
+                [
+                    pyspy,
+                    "record",
+                    "-p",
+                    str(sp.pid),
+                    "-d",
+                    str(max(2, int(duration_s - 3))),
+                    "-f",
+                    "speedscope",
+                    "-o",
+                    spy_path,
+                    "--threads",
+                    "--idle",
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        else:
+            summary["pyspy"] = "py-spy not installed (pip install py-spy): no CPU profile"
+        with grpc.insecure_channel(sp.target) as ch:
+            resp = InferenceStub(ch).Profile(pb.ProfileRequest(batches=batches), timeout=duration_s + 120)
+        summary["trace"] = resp.trace_path
+        summary["trace_batches"] = list(resp.batch_ids)
+        load.wait()
+        if spy is not None:
+            spy.wait(120)
+    summary["phases_median_ms"] = phase_medians(span_log)
+    summary["torch_profiler"] = trace_top_ops(summary["trace"])
+    if os.path.exists(spy_path):
+        summary["pyspy"] = pyspy_summary(spy_path)
+        summary["pyspy_file"] = spy_path
+    with open(os.path.join(out, "profile-summary.json"), "w") as fh:
+        json.dump(summary, fh, indent=2)
+    return summary
+
+
+def render(summary: dict[str, Any]) -> str:
+    lines = [
+        f"# profile: {summary['model']} on {summary['device']}",
+        "",
+        f"Chrome trace (open in Perfetto): {summary.get('trace')}",
+        "",
+    ]
+    lines.append(
+        "Median phase spans (ms): "
+        + ", ".join(f"{k} {v:.3f}" for k, v in summary.get("phases_median_ms", {}).items())
+    )
+    tp = summary.get("torch_profiler", {})
+    lines += [
+        "",
+        f"torch.profiler over {len(summary.get('trace_batches', []))} batches: kernels "
+        f"{tp.get('kernel_ms_total', 0):.2f} ms, copies {tp.get('memcpy_ms_total', 0):.2f} ms",
+    ]
+    for name, ms in tp.get("top_kernels_ms", {}).items():
+        lines.append(f"  {ms:9.3f} ms  {name}")
+    spy = summary.get("pyspy")
+    if isinstance(spy, dict):
+        lines += ["", "py-spy (idle included), per thread:"]
+        for thread, info in sorted(spy.items(), key=lambda kv: -kv[1]["samples"])[:8]:
+            tops = ", ".join(f"{k} {v:.0%}" for k, v in list(info["top_leaf_share"].items())[:3])
+            lines.append(f"  {thread}: waiting on device {info['waiting_on_device_share']:.0%}; {tops}")
+    elif spy:
+        lines += ["", str(spy)]
+    return "\n".join(lines)
