@@ -4,7 +4,7 @@
 set -u
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
+  export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
 else
   export PYTHONPATH=$PWD
 fi
@@ -12,14 +12,16 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/netgain-out}; mkdir -p "$OUT"
 cd benchmarks
 step() { echo "=== $*"; "$@" 2>&1 | tee -a "$OUT/log.txt" | tail -n 25; }
-for s in ${STEPS:-smoke span efficiency tests frontend overhead}; do
+for s in ${STEPS:-smoke tests span efficiency frontend overhead loadgen}; do
   case $s in
     smoke) step python3 gpu_smoke.py ;;
     tests) (cd .. && step python3 -m pytest -q -m gpu -p no:cacheprovider tests/) ;;
     span) step python3 bench_span_accuracy.py --device cuda --model image --batch 64 ;;
     efficiency) step python3 bench_gpu_efficiency.py --device cuda --batch 64 --models image,text ;;
     efficiency_bf16) step python3 bench_gpu_efficiency.py --device cuda --batch 64 --dtype bfloat16 --models image,text ;;
-    overhead) step python3 bench_overhead.py --device cuda --client-procs 4 ;;
+    overhead) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 1 ;;
+    loadgen) step python3 bench_loadgen.py --servers 8 --workers 1,4,8 --duration 8 ;;
+    reference) (cd .. && step bash benchmarks/reference.sh) ;;
     frontend) step python3 bench_frontend.py --servers 6 --client-procs 6 ;;
     *) echo "unknown step $s" ;;
   esac

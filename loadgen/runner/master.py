@@ -71,6 +71,7 @@ class Master:
         self.ready: dict[int, dict[str, Any]] = {}
         self.done: dict[int, dict[str, Any]] = {}
         self.lost: dict[int, float] = {}  # worker → seconds since epoch when lost
+        self.last_seen: dict[int, float] = {}  # worker → monotonic time of its last records
         self.procs: list[subprocess.Popen[bytes]] = []
         self.samples = Samples()
         self.epoch_ns = 0
@@ -96,6 +97,7 @@ class Master:
         in_flight = cols.pop("_in_flight", None)
         self.sink.add(cols)
         self.live.add(cols)
+        self.last_seen[worker] = time.monotonic()
         if in_flight is not None:
             self.live.in_flight[worker] = int(in_flight)
         if cpu is not None:
@@ -255,7 +257,11 @@ class Master:
             client = runner.clients.get(cid)
             pid = self.ready.get(i, {}).get("pid")
             dead_local = any(p.pid == pid and p.poll() is not None for p in self.procs)
-            if client is None or client.state == "missing" or dead_local:
+            # Heartbeats can lag on a worker that is far behind schedule; records still arriving
+            # prove it alive, so "missing" alone needs 10 s of silence too.
+            silent = time.monotonic() - self.last_seen.get(i, 0.0) > 10.0
+            missing = client is None or (client.state == "missing" and silent)
+            if missing or dead_local:
                 self.lost[i] = self._now_s()
                 self.log(f"worker {i} lost at {self.lost[i]:.1f} s; keeping what it sent, the run is partial")
 

@@ -58,7 +58,7 @@ class ShardRunner:
         self.cols = empty_columns()
         self.in_flight = 0
         self.proc = psutil.Process()
-        self.proc.cpu_percent(None)
+        self._cpu_mark = self._run_mark = self._main_thread_cpu()
         self.epoch_perf_ns = 0
         self.payloads = PayloadFactory(plan.model, plan.handler_options, plan.seed)
         creds = None
@@ -82,6 +82,7 @@ class ShardRunner:
 
     def start(self, epoch_unix_ns: int) -> None:
         self.epoch_perf_ns = time.perf_counter_ns() + (epoch_unix_ns - time.time_ns())
+        self._cpu_mark = self._run_mark = self._main_thread_cpu()
         flusher = gevent.spawn(self._flush_loop)
         try:
             if self.plan.mode == "closed":
@@ -98,7 +99,7 @@ class ShardRunner:
                     "sent": self.sent,
                     "done": self.done,
                     "dropped": self.dropped,
-                    "cpu_ratio": self.proc.cpu_percent(None) / 100.0,
+                    "cpu_ratio": self._run_cpu_ratio(),
                 },
             )
 
@@ -117,6 +118,9 @@ class ShardRunner:
                 self._record(j, None, None, "DROPPED", 0, {})
                 continue
             pool.append(gevent.spawn(self._fire, j, int(self.t_ns[j])))
+            # Yield at once: a spawned greenlet only starts (and sends) when this loop yields, and
+            # a worker behind schedule must still answer heartbeats and read responses.
+            gevent.sleep(0)
             if len(pool) > 4096:
                 pool = [g for g in pool if not g.dead]
         gevent.joinall(pool, timeout=self.plan.timeout_s + 5.0)
@@ -193,10 +197,28 @@ class ShardRunner:
         for key in ("batch_id", "batch_size", *PHASE_COLUMNS, "server_total_ms"):
             c[key].append(server.get(key))
 
+    def _main_thread_cpu(self) -> tuple[float, float]:
+        """(monotonic time, CPU seconds of the main thread): the one gevent runs on, the thread
+        that saturates first. gRPC's own core threads are not counted."""
+        pid = self.proc.pid
+        cpu = next((t.user_time + t.system_time for t in self.proc.threads() if t.id == pid), 0.0)
+        return time.monotonic(), cpu
+
+    def _cpu_ratio(self) -> float:
+        """Main-thread CPU over wall time since the last call (1.0 = one core, saturated)."""
+        now = self._main_thread_cpu()
+        (t0, c0), self._cpu_mark = self._cpu_mark, now
+        return (now[1] - c0) / max(1e-9, now[0] - t0)
+
+    def _run_cpu_ratio(self) -> float:
+        now = self._main_thread_cpu()
+        t0, c0 = self._run_mark
+        return (now[1] - c0) / max(1e-9, now[0] - t0)
+
     def _flush(self) -> None:
         if self.cols["index"]:
             cols, self.cols = self.cols, empty_columns()
-            cols["_cpu_ratio"] = self.proc.cpu_percent(None) / 100.0  # type: ignore[assignment]
+            cols["_cpu_ratio"] = self._cpu_ratio()  # type: ignore[assignment]
             cols["_in_flight"] = self.in_flight  # type: ignore[assignment]
             self.send(RECORDS, cols)
 

@@ -1,0 +1,264 @@
+"""Load generator benchmarks, side by side in one run: capacity (ours vs stock closed-loop Locust),
+fidelity at 80 % of one worker's capacity, and timing accuracy against the server's own spans.
+
+Targets (issue 3): >= 2,500 req/s per worker against the null model; 8 workers >= 7x one;
+at 80 % of capacity send-lag p99 <= 1 ms, achieved rate within 1 %, replayed inter-arrivals
+match the trace (KS <= 0.02).
+Usage: python benchmarks/bench_loadgen.py [--servers 4] [--workers 1,8] [--duration 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import pyarrow.parquet as pq
+from common import table
+
+from loadgen.orchestrate import ServerProcess, run_load
+
+LOCUSTFILE = '''
+import time, grpc, grpc.experimental.gevent as grpc_gevent
+grpc_gevent.init_gevent()
+from locust import User, task, constant
+from protos.service import SERVICE_NAME
+from loadgen.payloads import PayloadFactory
+BODY = PayloadFactory("null").request_bytes(0, 0, 1)
+
+class GrpcUser(User):
+    """The Locust gRPC example's pattern: closed loop, one call per task, ms response times."""
+    wait_time = constant(0)
+    def on_start(self):
+        self.call = grpc.insecure_channel(self.host).unary_unary(f"/{SERVICE_NAME}/Infer", None, None)
+    @task
+    def infer(self):
+        t0 = time.perf_counter()
+        exc = None
+        try:
+            self.call(BODY, timeout=10)
+        except grpc.RpcError as e:
+            exc = e
+        self.environment.events.request.fire(request_type="grpc", name="Infer",
+            response_time=(time.perf_counter() - t0) * 1000, response_length=0, exception=exc, context={})
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.sort(a), np.sort(b)
+    grid = np.concatenate([a, b])
+    return float(
+        np.max(
+            np.abs(np.searchsorted(a, grid, "right") / a.size - np.searchsorted(b, grid, "right") / b.size)
+        )
+    )
+
+
+def ours(target: str, out: str, rate: float, duration: float, workers: int) -> dict:
+    rc = run_load(
+        [
+            "--target",
+            target,
+            "--arrival",
+            "poisson",
+            "--rate",
+            f"{rate:g}",
+            "--duration",
+            str(duration),
+            "--warmup-s",
+            "1",
+            "--workers",
+            str(workers),
+            "--out",
+            out,
+            "--max-send-lag-ms",
+            "1e9",
+            "--max-in-flight",
+            "100000",
+            "--seed",
+            "1",
+        ],
+        quiet=True,
+    )
+    if not os.path.exists(os.path.join(out, "requests.parquet")):
+        raise SystemExit(f"netgain load failed (exit {rc}) for {out}")
+    t = pq.read_table(os.path.join(out, "requests.parquet")).to_pydict()
+    sched = np.asarray(t["scheduled_ns"], dtype=np.int64)
+    sent = np.asarray([s if s is not None else -1 for s in t["sent_ns"]], dtype=np.int64)
+    done = np.asarray([d if d is not None else -1 for d in t["done_ns"]], dtype=np.int64)
+    ok = np.asarray([s == "OK" for s in t["status"]])
+    measured = ~np.asarray(t["warmup"]) & (sent >= 0)
+    span = (sent[measured].max() - sent[measured].min()) / 1e9
+    order = np.argsort(sched[measured])
+    lag_ms = (sent[measured] - sched[measured]) / 1e6
+    return {
+        "rc": rc,
+        "rows": len(sched),
+        "ok": int(ok.sum()),
+        "achieved_rps": measured.sum() / span,
+        "lag_p99_ms": float(np.percentile(lag_ms, 99)),
+        "ks": ks_statistic(np.diff(sched[measured][order]) / 1e6, np.diff(sent[measured][order]) / 1e6),
+        "service_ms": (done[ok & measured] - sent[ok & measured]) / 1e6,
+        "server_ms": np.asarray(t["server_total_ms"], dtype=float)[ok & measured],
+    }
+
+
+def stock_locust(target: str, users: int, duration: float) -> dict:
+    tmp = tempfile.mkdtemp()
+    lf = os.path.join(tmp, "locustfile.py")
+    with open(lf, "w") as fh:
+        fh.write(LOCUSTFILE)
+    prefix = os.path.join(tmp, "stats")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [os.getcwd(), os.path.dirname(os.getcwd()), os.environ.get("PYTHONPATH", "")]
+        ),
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "locust",
+            "-f",
+            lf,
+            "--headless",
+            "-u",
+            str(users),
+            "-r",
+            str(users),
+            "-t",
+            f"{int(duration)}s",
+            "-H",
+            target,
+            "--csv",
+            prefix,
+            "--only-summary",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+    with open(prefix + "_stats.csv") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["Name"] == "Aggregated")
+    return {
+        "rps": float(row["Requests/s"]),
+        "p50": float(row["50%"]),
+        "p99": float(row["99%"]),
+        "n": int(row["Request Count"]),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--servers", type=int, default=4)
+    ap.add_argument("--workers", default="1,8")
+    ap.add_argument("--duration", type=float, default=10.0)
+    ap.add_argument("--overload-rate", type=float, default=6000.0, help="per worker, above its capacity")
+    a = ap.parse_args()
+    port = free_port()
+    tmp = tempfile.mkdtemp()
+    rows, results = [], {}
+    with contextlib.ExitStack() as stack:
+        servers = []
+        for _ in range(a.servers):
+            servers.append(
+                stack.enter_context(
+                    ServerProcess(
+                        [
+                            "--model",
+                            "null",
+                            "--max-batch-size",
+                            "64",
+                            "--max-queue-delay-ms",
+                            "0.5",
+                            "--max-queue-size",
+                            "100000",
+                        ],
+                        port=port,
+                    )
+                )
+            )
+        target = f"127.0.0.1:{port}"
+        for sp in servers:
+            sp.wait_ready()
+        for w in (int(x) for x in a.workers.split(",")):
+            r = ours(target, os.path.join(tmp, f"cap{w}"), a.overload_rate * w, a.duration, w)
+            results[w] = r
+            rows.append(
+                [
+                    "capacity (open loop, overloaded)",
+                    f"netgain load x{w}",
+                    round(r["achieved_rps"]),
+                    f"{r['achieved_rps'] / w:.0f}/worker",
+                    "-",
+                    "-",
+                ]
+            )
+        stock = stock_locust(target, 10, a.duration)
+        rows.append(
+            ["capacity (closed loop, 10 users)", "stock Locust x1", round(stock["rps"]), "-", "-", "-"]
+        )
+        one = results[min(results)]["achieved_rps"]
+        if len(results) > 1:
+            rows.append(
+                [
+                    "scaling",
+                    f"x{max(results)} / x{min(results)}",
+                    f"{results[max(results)]['achieved_rps'] / one:.2f}x",
+                    "-",
+                    "-",
+                    "-",
+                ]
+            )
+        fid = ours(target, os.path.join(tmp, "fid"), 0.8 * one, a.duration, 1)
+        rows.append(
+            [
+                "fidelity @80% of one worker",
+                f"target {0.8 * one:.0f}/s",
+                round(fid["achieved_rps"]),
+                f"{(fid['achieved_rps'] / (0.8 * one) - 1) * 100:+.2f} %",
+                f"lag p99 {fid['lag_p99_ms']:.3f} ms",
+                f"KS {fid['ks']:.4f}",
+            ]
+        )
+        # Accuracy: percentiles of our service time and stock Locust's against the server's own totals.
+        srv = fid["server_ms"]
+        for q in (50, 99):
+            s = float(np.percentile(srv, q))
+            o = float(np.percentile(fid["service_ms"], q))
+            rows.append(
+                [
+                    f"accuracy p{q}",
+                    f"server span {s:.3f} ms",
+                    f"ours {o:.3f} ms",
+                    f"ours-server {o - s:+.3f} ms",
+                    f"stock Locust {stock['p50' if q == 50 else 'p99']:.0f} ms",
+                    "stock rounds to ms",
+                ]
+            )
+    print(table(rows, ["check", "setup", "result", "ratio", "detail", "detail"]))
+    print(
+        json.dumps(
+            {"per_worker_rps": {w: r["achieved_rps"] / w for w, r in results.items()}, "stock_locust": stock},
+            default=float,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
