@@ -15,7 +15,6 @@ python3 -m loadgen.cli drill --model image --device cuda --repeats 3 --out "$REF
 python3 -m loadgen.cli profile --model image --device cuda --rate 200 --duration 12 --batches 20 \
   --serve-args "--max-batch-size 32" --out "$REF/profile-image-cuda" 2>&1 | tail -n 30
 # Keep the reports, not the raw rows: one archive comes back.
-(cd "$REF" && find . \( -name 'report.json' -o -name 'report.md' -o -name 'report.html' -o -name 'drill.json' \
-   -o -name 'profile-summary.*' -o -name 'meta.json' \) -path '*compare-*' -o -name 'drill.json' -o -name 'profile-summary.*' \
+(cd "$REF" && find . \( -path '*compare-*' -name 'report.*' \) -o -name 'drill.json' -o -name 'profile-summary.*' \
    | tar czf "$OUT/reference.tgz" -T -)
 ls -la "$OUT"

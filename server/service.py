@@ -16,7 +16,7 @@ from server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
 from server.telemetry.recorder import Recorder
 from server.timing import BATCH_KEY, PHASES, REQUEST_ID_KEY, TIMING_KEY, encode_batch, encode_server_timing
 
-REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}$")
+REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}\Z")  # \Z: "$" would accept a trailing newline
 
 
 class Limits:

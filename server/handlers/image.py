@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import random
+import struct
 import warnings
 from typing import Any
 
@@ -17,6 +18,8 @@ from server.handlers.base import Handler, InvalidInput, argmax_output
 _MEAN = (0.485, 0.456, 0.406)
 _STD = (0.229, 0.224, 0.225)
 _CHANNELS = (32, 32, 64, 64, 128, 128, 256, 256)
+# What Pillow raises on corrupt or truncated data (found by tests/test_reliability_fuzz_handlers.py).
+_DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, struct.error)
 
 
 class ImageHandler(Handler):
@@ -76,6 +79,8 @@ class ImageHandler(Handler):
             raise InvalidInput("payload is not a decodable JPEG or PNG image") from None
         except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
             raise InvalidInput(f"image declares too many pixels (decompression bomb): {exc}") from None
+        except _DECODE_ERRORS as exc:  # e.g. a header cut short: "Truncated File Read"
+            raise InvalidInput(f"image header is truncated or corrupt: {exc}") from None
         if img.format not in ("JPEG", "PNG"):
             raise InvalidInput(f"image format {img.format} is not accepted: send JPEG or PNG")
         width, height = img.size
@@ -88,7 +93,7 @@ class ImageHandler(Handler):
             if img.format == "JPEG":
                 img.draft("RGB", (self.size, self.size))
             rgb = img.convert("RGB").resize((self.size, self.size), Image.Resampling.BILINEAR)
-        except (OSError, SyntaxError, ValueError) as exc:
+        except _DECODE_ERRORS as exc:
             raise InvalidInput(f"image is truncated or corrupt: {exc}") from None
         arr = np.asarray(rgb, dtype=np.uint8)
         return torch.from_numpy(arr.copy()).permute(2, 0, 1)
