@@ -106,6 +106,13 @@ class ServerMetrics:
             registry=registry,
         )
         self.gpu: GpuGauges | None = None
+        # Labelled children resolved once: .labels() costs about as much as an observation.
+        self.request_child = self.request_duration.labels(**self.labels)
+        self.phase_children = {p: self.phase_duration.labels(**self.labels, phase=p) for p in PHASES}
+        self.batch_child = self.batch_size.labels(**self.labels)
+        self.batches_child = self.batches.labels(**self.labels)
+        self.kernel_child = self.kernel_seconds.labels(**self.labels)
+        self._code_children: dict[str, Counter] = {}
 
     def enable_gpu(self) -> GpuGauges:
         if self.gpu is None:
@@ -113,7 +120,13 @@ class ServerMetrics:
         return self.gpu
 
     def phase(self, name: str) -> Histogram:
-        return self.phase_duration.labels(**self.labels, phase=name)
+        return self.phase_children[name]
+
+    def requests_with(self, code: str) -> Counter:
+        child = self._code_children.get(code)
+        if child is None:
+            child = self._code_children[code] = self.requests.labels(**self.labels, code=code)
+        return child
 
 
 class GpuGauges:

@@ -117,19 +117,21 @@ class Recorder:
             size, kernel_ns = self._batches.popleft()
             self.kernel_ns_total += kernel_ns
             if m is not None:
-                m.batch_size.labels(**m.labels).observe(size)
-                m.batches.labels(**m.labels).inc()
-                m.kernel_seconds.labels(**m.labels).inc(kernel_ns / 1e9)
+                m.batch_child.observe(size)
+                m.batches_child.inc()
+                m.kernel_child.inc(kernel_ns / 1e9)
+        phases = [(p, m.phase(p)) for p in PHASES] if m is not None else []
         while self._done:
             p, total_ns = self._done.popleft()
             if m is not None:
-                # OpenMetrics caps an exemplar's label names + values at 128 characters.
-                ex = {"request_id": p.request_id[:EXEMPLAR_ID_CHARS]}
-                m.requests.labels(**m.labels, code=p.code).inc()
+                m.requests_with(p.code).inc()
                 if p.code == "OK":
-                    m.request_duration.labels(**m.labels).observe(total_ns / 1e9, ex)
-                    for phase in PHASES:
-                        m.phase(phase).observe(p.spans.get(phase, 0) / 1e9, ex)
+                    # The request id rides on the request histogram's exemplar (what latency panels
+                    # link from); phase observations stay plain to keep the per-request cost low.
+                    m.request_child.observe(total_ns / 1e9, {"request_id": p.request_id[:EXEMPLAR_ID_CHARS]})
+                    spans = p.spans
+                    for phase, child in phases:
+                        child.observe(spans.get(phase, 0) / 1e9)
             if self.span_log is not None:
                 rec = span_record(p, total_ns, p.arrival_ns + self.wall_offset_ns)
                 lines.append(json.dumps(rec, separators=(",", ":")) + "\n")
