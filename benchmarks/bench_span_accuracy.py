@@ -113,18 +113,21 @@ def main() -> None:
             t = threading.Thread(target=capture)
             t.start()
             time.sleep(0.5)
-            # One request of `batch` items at a time: one server batch per request.
-            run_clients(
-                server.target,
-                a.model,
-                processes=1,
-                concurrency=1,
-                items=a.batch,
-                duration=4.0,
-                warmup=0.0,
-                options=opts,
-            )
-            t.join(60)
+            # One request of `batch` items at a time (one server batch per request), until the
+            # capture has its batches: profiling every thread slows pre-processing down.
+            deadline = time.monotonic() + 60.0
+            while t.is_alive() and time.monotonic() < deadline:
+                run_clients(
+                    server.target,
+                    a.model,
+                    processes=1,
+                    concurrency=1,
+                    items=a.batch,
+                    duration=2.0,
+                    warmup=0.0,
+                    options=opts,
+                )
+            t.join(5)
     errs = phase_sum_errors(span_log)
     rows.append(
         [

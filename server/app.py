@@ -142,7 +142,8 @@ class Server:
             ready=self.servicer.ready,
             intra_op_threads=self._intra_op_threads(),
             host=socket.gethostname(),
-            handler_options=cfg.handler_options, handler=cfg.model,
+            handler_options=cfg.handler_options,
+            handler=cfg.model,
             metrics_port=self.metrics_port,
         )
 
@@ -218,6 +219,8 @@ class Server:
         cfg = self.cfg
         cores = len(os.sched_getaffinity(0))
         torch.set_num_threads(cfg.intra_op_threads or cores)
+        if cfg.profile_dir:
+            import torch.profiler  # now, not on the event loop at the first capture
         for runner in self.runners:
             model = self.handler.build_model()
             self.cold.mark("model_built")
