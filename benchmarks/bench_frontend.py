@@ -8,17 +8,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import socket
 
-from common import run_clients, table
+from common import null_servers, run_clients, table
 
-from loadgen.orchestrate import ServerProcess
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from loadgen.orchestrate import free_port
 
 
 def main() -> None:
@@ -31,25 +24,7 @@ def main() -> None:
     port = free_port()
     rows = []
     with contextlib.ExitStack() as stack:
-        servers = []
-        for _ in range(a.servers):
-            sp = ServerProcess(
-                [
-                    "--model",
-                    "null",
-                    "--max-batch-size",
-                    "64",
-                    "--max-queue-delay-ms",
-                    "0.5",
-                    "--max-queue-size",
-                    "4096",
-                ],
-                port=port,
-            )
-            servers.append(stack.enter_context(sp))
-        for sp in servers:
-            sp.wait_ready()
-        target = f"127.0.0.1:{port}"
+        target = null_servers(stack, a.servers, port)
         sat = run_clients(
             target, "null", processes=a.client_procs, concurrency=a.concurrency, duration=a.duration
         )

@@ -14,16 +14,15 @@ import contextlib
 import csv
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 
 import numpy as np
 import pyarrow.parquet as pq
-from common import table
+from common import null_servers, table
 
-from loadgen.orchestrate import ServerProcess, run_load
+from loadgen.orchestrate import free_port, run_load
 
 LOCUSTFILE = '''
 import time, grpc, grpc.experimental.gevent as grpc_gevent
@@ -49,12 +48,6 @@ class GrpcUser(User):
         self.environment.events.request.fire(request_type="grpc", name="Infer",
             response_time=(time.perf_counter() - t0) * 1000, response_length=0, exception=exc, context={})
 '''
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
@@ -174,28 +167,7 @@ def main() -> None:
     tmp = tempfile.mkdtemp()
     rows, results = [], {}
     with contextlib.ExitStack() as stack:
-        servers = []
-        for _ in range(a.servers):
-            servers.append(
-                stack.enter_context(
-                    ServerProcess(
-                        [
-                            "--model",
-                            "null",
-                            "--max-batch-size",
-                            "64",
-                            "--max-queue-delay-ms",
-                            "0.5",
-                            "--max-queue-size",
-                            "100000",
-                        ],
-                        port=port,
-                    )
-                )
-            )
-        target = f"127.0.0.1:{port}"
-        for sp in servers:
-            sp.wait_ready()
+        target = null_servers(stack, a.servers, port, max_queue=100000)
         for w in (int(x) for x in a.workers.split(",")):
             r = ours(target, os.path.join(tmp, f"cap{w}"), a.overload_rate * w, a.duration, w)
             results[w] = r

@@ -7,6 +7,7 @@ depend on the host and are printed for context only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -162,6 +163,26 @@ def run_clients(
         lat += r["lat"]
         errors += r["errors"]
     return LoadResult(len(lat), errors, duration, np.asarray(lat), items)
+
+
+def null_servers(stack: contextlib.ExitStack, count: int, port: int, max_queue: int = 4096) -> str:
+    """``count`` null-model servers sharing ``port`` (SO_REUSEPORT), ready; returns the target."""
+    from loadgen.orchestrate import ServerProcess
+
+    args = [
+        "--model",
+        "null",
+        "--max-batch-size",
+        "64",
+        "--max-queue-delay-ms",
+        "0.5",
+        "--max-queue-size",
+        str(max_queue),
+    ]
+    servers = [stack.enter_context(ServerProcess(args, port=port)) for _ in range(count)]
+    for sp in servers:
+        sp.wait_ready()
+    return f"127.0.0.1:{port}"
 
 
 def table(rows: list[list[object]], header: list[str]) -> str:

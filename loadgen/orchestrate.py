@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -13,6 +14,13 @@ from collections.abc import Sequence
 from types import TracebackType
 
 from server.cliargs import CliError
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now, for servers that must share or pre-announce one."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class ServerProcess:

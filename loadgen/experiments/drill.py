@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import statistics
 import sys
 import threading
@@ -21,7 +20,7 @@ from typing import Any
 
 import grpc
 
-from loadgen.orchestrate import ServerProcess, run_load
+from loadgen.orchestrate import ServerProcess, free_port, run_load
 from protos import InferenceStub, pb
 from server.handlers import create_handler
 
@@ -78,12 +77,6 @@ def distribution(values: list[float]) -> dict[str, float]:
         "max": values[-1],
         "mean": statistics.fmean(values),
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scale_up(
