@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
+import psutil
+
 from common import run_clients, table
 
 from loadgen.orchestrate import ServerProcess
@@ -28,13 +30,17 @@ def measure(
     opts = ["size=64"] if model == "image" else []
     with ServerProcess(args) as server:
         server.wait_ready()
+        proc = psutil.Process(server.pid)
+        before = sum(proc.cpu_times()[:2])
         sat = run_clients(
             server.target, model, processes=procs, concurrency=conc, duration=duration, options=opts
         )
+        # Server CPU per request: far steadier than throughput when clients share the cores.
+        cpu_us = (sum(proc.cpu_times()[:2]) - before) / max(1.0, sat.rps * (duration + 1.0)) * 1e6
         one = run_clients(
             server.target, model, processes=1, concurrency=1, duration=duration / 2, options=opts
         )
-    return sat.rps, one.pct(50)
+    return sat.rps, one.pct(50), cpu_us
 
 
 def main() -> None:
@@ -48,7 +54,7 @@ def main() -> None:
     a = ap.parse_args()
     rows = []
     for model in a.models.split(","):
-        res: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+        res: dict[bool, list[tuple[float, float, float]]] = {True: [], False: []}
         for _ in range(a.trials):  # interleaved on/off so drift hits both sides alike
             for instr in (True, False):
                 res[instr].append(measure(model, a.device, instr, a.duration, a.client_procs, a.concurrency))
@@ -56,6 +62,8 @@ def main() -> None:
         off_rps = statistics.median(r[0] for r in res[False])
         on_p50 = statistics.median(r[1] for r in res[True])
         off_p50 = statistics.median(r[1] for r in res[False])
+        on_cpu = statistics.median(r[2] for r in res[True])
+        off_cpu = statistics.median(r[2] for r in res[False])
         rows.append(
             [
                 model,
@@ -66,6 +74,9 @@ def main() -> None:
                 f"{off_p50 * 1e3:.0f}",
                 f"{on_p50 * 1e3:.0f}",
                 f"{(on_p50 - off_p50) * 1e3:+.0f}",
+                f"{off_cpu:.0f}",
+                f"{on_cpu:.0f}",
+                f"{(on_cpu / off_cpu - 1) * 100:+.1f} %",
             ]
         )
     print(
@@ -80,6 +91,9 @@ def main() -> None:
                 "p50 us off",
                 "p50 us on",
                 "added p50 us",
+                "server CPU us/req off",
+                "on",
+                "added CPU",
             ],
         )
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from server.telemetry.histograms import DurationHistograms
 from server.timing import PHASES
 
 
@@ -29,20 +30,8 @@ class ServerMetrics:
         self.registry = registry
         self.labels = {"model": model, "device": device.split(":")[0]}
         lab = ("model", "device")
-        self.request_duration = Histogram(
-            "netgain_request_duration_seconds",
-            "Server total per request (arrival to response).",
-            lab,
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
-        self.phase_duration = Histogram(
-            "netgain_phase_duration_seconds",
-            "Duration of each server phase per request.",
-            (*lab, "phase"),
-            buckets=DURATION_BUCKETS,
-            registry=registry,
-        )
+        self.durations = DurationHistograms(self.labels, DURATION_BUCKETS)
+        registry.register(self.durations)
         self.batch_size = Histogram(
             "netgain_batch_size_items",
             "Items per device batch.",
@@ -107,8 +96,6 @@ class ServerMetrics:
         )
         self.gpu: GpuGauges | None = None
         # Labelled children resolved once: .labels() costs about as much as an observation.
-        self.request_child = self.request_duration.labels(**self.labels)
-        self.phase_children = {p: self.phase_duration.labels(**self.labels, phase=p) for p in PHASES}
         self.batch_child = self.batch_size.labels(**self.labels)
         self.batches_child = self.batches.labels(**self.labels)
         self.kernel_child = self.kernel_seconds.labels(**self.labels)
@@ -118,9 +105,6 @@ class ServerMetrics:
         if self.gpu is None:
             self.gpu = GpuGauges(self.registry, self.labels)
         return self.gpu
-
-    def phase(self, name: str) -> Histogram:
-        return self.phase_children[name]
 
     def requests_with(self, code: str) -> Counter:
         child = self._code_children.get(code)

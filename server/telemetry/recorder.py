@@ -12,16 +12,16 @@ import logging
 import os
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from typing import Any, TextIO
+
+import numpy as np
 
 from server.batching.queue import Pending
 from server.telemetry.metrics import ServerMetrics
 from server.timing import PHASES
 
 log = logging.getLogger("netgain.server")
-
-EXEMPLAR_ID_CHARS = 128 - len("request_id")
 
 
 class SpanLog:
@@ -120,19 +120,25 @@ class Recorder:
                 m.batch_child.observe(size)
                 m.batches_child.inc()
                 m.kernel_child.inc(kernel_ns / 1e9)
-        phases = [(p, m.phase(p)) for p in PHASES] if m is not None else []
+        done: list[tuple[Pending, int]] = []
         while self._done:
-            p, total_ns = self._done.popleft()
-            if m is not None:
-                m.requests_with(p.code).inc()
-                if p.code == "OK":
-                    # The request id rides on the request histogram's exemplar (what latency panels
-                    # link from); phase observations stay plain to keep the per-request cost low.
-                    m.request_child.observe(total_ns / 1e9, {"request_id": p.request_id[:EXEMPLAR_ID_CHARS]})
-                    spans = p.spans
-                    for phase, child in phases:
-                        child.observe(spans.get(phase, 0) / 1e9)
-            if self.span_log is not None:
+            done.append(self._done.popleft())
+        if m is not None and done:
+            codes = Counter(p.code for p, _ in done)
+            for code, n in codes.items():
+                m.requests_with(code).inc(n)
+            ok = [(p, total_ns) for p, total_ns in done if p.code == "OK"]
+            if ok:
+                values = (
+                    np.array(
+                        [[total_ns, *(p.spans.get(ph, 0) for ph in PHASES)] for p, total_ns in ok],
+                        dtype=np.float64,
+                    )
+                    / 1e9
+                )
+                m.durations.add(values, [p.request_id for p, _ in ok])
+        if self.span_log is not None:
+            for p, total_ns in done:
                 rec = span_record(p, total_ns, p.arrival_ns + self.wall_offset_ns)
                 lines.append(json.dumps(rec, separators=(",", ":")) + "\n")
         if lines and self.span_log is not None:
