@@ -60,11 +60,14 @@ def versions() -> dict[str, str]:
 
 
 def warm_up(handler: Handler, runner: DeviceRunner, cfg: ServeConfig) -> None:
-    """Run full batches of example payloads so first requests do not pay for lazy initialisation."""
+    """Run batches of example payloads so first requests do not pay for lazy initialisation
+    (and, with CUDA graphs, so every power-of-two batch bucket is captured before serving)."""
     rng = random.Random(cfg.seed)
-    sizes = sorted({1, cfg.max_batch_size})
+    sizes = {1, cfg.max_batch_size}
+    if runner.cuda_graphs:
+        sizes |= {min(2**k, cfg.max_batch_size) for k in range(cfg.max_batch_size.bit_length() + 1)}
     for _ in range(cfg.warmup_batches):
-        for size in sizes:
+        for size in sorted(sizes):
             items = [handler.preprocess(handler.example_input(rng)) for _ in range(size)]
             runner.run(runner.prepare(handler.collate(items)))
 
@@ -82,7 +85,8 @@ class Server:
         span_log = SpanLog(cfg.span_log, cfg.span_log_max_bytes) if cfg.span_log else None
         self.recorder = Recorder(self.metrics if cfg.instrumentation else None, span_log)
         self.runners = [
-            DeviceRunner(self.handler, self.device, cfg.dtype, cfg.nvtx) for _ in range(cfg.instances)
+            DeviceRunner(self.handler, self.device, cfg.dtype, cfg.nvtx, cfg.cuda_graphs)
+            for _ in range(cfg.instances)
         ]
         self.servicer = InferenceServicer(
             self.handler.name,

@@ -68,6 +68,13 @@ def add_parser(sub: Any) -> None:
     flag(p, "--nvtx", action="store_true", default=False, help="NVTX ranges per phase (for Nsight Systems)")
     flag(
         p,
+        "--cuda-graphs",
+        action="store_true",
+        default=False,
+        help="replay the forward pass as CUDA graphs, one per power-of-two batch (fixed-shape handlers)",
+    )
+    flag(
+        p,
         "--no-instrumentation",
         action="store_true",
         default=False,
@@ -114,6 +121,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         tls_client_ca=args.tls_client_ca,
         profile_dir=args.profile_dir,
         nvtx=args.nvtx,
+        cuda_graphs=args.cuda_graphs,
         instrumentation=not args.no_instrumentation,
         sample_interval_s=args.sample_interval_s,
         ports_file=args.ports_file,

@@ -31,6 +31,7 @@ class ServeConfig:
     tls_client_ca: str | None = None
     profile_dir: str | None = None
     nvtx: bool = False
+    cuda_graphs: bool = False
     instrumentation: bool = True
     sample_interval_s: float = 1.0
     ports_file: str | None = None

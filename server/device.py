@@ -84,7 +84,14 @@ DTYPES = {
 class DeviceRunner:
     """One model instance on one device (one CUDA stream per instance)."""
 
-    def __init__(self, handler: Handler, device: str, dtype: str = "float32", nvtx: bool = False) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        device: str,
+        dtype: str = "float32",
+        nvtx: bool = False,
+        cuda_graphs: bool = False,
+    ) -> None:
         import torch
 
         self.handler = handler
@@ -95,6 +102,9 @@ class DeviceRunner:
         self.model: Any = None
         self.stream: Any = None
         self._autocast = self.dtype != "float32" and handler.uses_device
+        # Graphs need fixed shapes; a handler that pads to the longest item in a batch cannot use them.
+        self.cuda_graphs = cuda_graphs and self.is_cuda and handler.uses_device and handler.fixed_shapes
+        self.graphs: Any = None
 
     def place(self, model: Any) -> None:
         """Move a built model to this runner's device and give it a stream (CUDA)."""
@@ -104,6 +114,11 @@ class DeviceRunner:
         if self.is_cuda:
             self.stream = torch.cuda.Stream(self.device)
             torch.cuda.synchronize(self.device)
+        if self.cuda_graphs:
+            from server.cudagraphs import GraphCache
+
+            dtype = getattr(torch, self.dtype) if self._autocast else None
+            self.graphs = GraphCache(self.handler, self.model, self.device, dtype)
 
     def prepare(self, batch: Any) -> Any:
         """Host-side staging done on a pre-processing thread: pinned memory for async copies."""
@@ -158,11 +173,19 @@ class DeviceRunner:
         events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
         with torch.cuda.stream(self.stream), torch.inference_mode():
             events[0].record()
-            with self._range("h2d"):
-                dev = tree_map(lambda t: t.to(self.device, non_blocking=True), batch)
-            events[1].record()
-            with self._range("kernel"), self._autocast_ctx():
-                out = self.handler.forward(self.model, dev)
+            if self.graphs is not None:
+                rows = batch_rows(batch)
+                with self._range("h2d"):
+                    entry = self.graphs.stage(batch, rows)
+                events[1].record()
+                with self._range("kernel"):
+                    out = self.graphs.replay(entry, rows)
+            else:
+                with self._range("h2d"):
+                    dev = tree_map(lambda t: t.to(self.device, non_blocking=True), batch)
+                events[1].record()
+                with self._range("kernel"), self._autocast_ctx():
+                    out = self.handler.forward(self.model, dev)
             events[2].record()
             with self._range("d2h"):
                 host = torch.empty(out.shape, dtype=torch.float32, pin_memory=True)

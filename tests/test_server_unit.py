@@ -572,3 +572,16 @@ def test_resolve_device(monkeypatch: pytest.MonkeyPatch) -> None:
     for bad in ("cuda:2", "cuda:x", "cuda:-1"):
         with pytest.raises(ValueError, match=r"no such GPU, this host has 2 \(cuda:0..cuda:1\)"):
             resolve_device(bad)
+
+
+def test_cuda_graph_buckets_and_eligibility() -> None:
+    from server.cudagraphs import bucket
+    from server.device import DeviceRunner
+    from server.handlers import create_handler
+
+    assert [bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 64, 65)] == [1, 2, 4, 4, 8, 8, 16, 64, 128]
+    # Never on the CPU, and never for handlers whose shapes vary from batch to batch.
+    assert not DeviceRunner(create_handler("image", {"size": "16"}), "cpu", cuda_graphs=True).cuda_graphs
+    text = create_handler("text", {"layers": "1", "d_model": "16", "heads": "2"})
+    assert not text.fixed_shapes
+    assert create_handler("text", {"pad": "fixed", "layers": "1", "d_model": "16", "heads": "2"}).fixed_shapes
