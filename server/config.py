@@ -47,7 +47,7 @@ class ServeConfig:
             (self.instances >= 1, "--instances must be at least 1"),
             (self.pre_threads >= 1, "--pre-threads must be at least 1"),
             (self.intra_op_threads >= 0, "--intra-op-threads must be >= 0 (0 = all cores)"),
-            (self.max_message_bytes >= 1024, "--max-message-bytes must be at least 1024"),
+            (self.max_message_bytes >= 1024, "--max-message-mb must be at least 0.001 (1 KiB)"),
             (self.max_items_per_request >= 1, "--max-items-per-request must be at least 1"),
             (0 <= self.port <= 65535, "--port must be in 0..65535"),
             (-1 <= self.metrics_port <= 65535, "--metrics-port must be in -1..65535 (-1 disables)"),

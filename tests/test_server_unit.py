@@ -424,7 +424,7 @@ def test_validate_request() -> None:
         ("instances", 0, "--instances must be at least 1"),
         ("pre_threads", 0, "--pre-threads must be at least 1"),
         ("intra_op_threads", -1, "--intra-op-threads must be >= 0"),
-        ("max_message_bytes", 10, "--max-message-bytes must be at least 1024"),
+        ("max_message_bytes", 10, "--max-message-mb must be at least 0.001 (1 KiB)"),
         ("max_items_per_request", 0, "--max-items-per-request must be at least 1"),
         ("port", 70000, "--port must be in 0..65535"),
         ("metrics_port", -2, "--metrics-port must be in -1..65535"),

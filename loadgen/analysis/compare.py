@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any
 
 import numpy as np
@@ -11,20 +13,58 @@ from loadgen.analysis.stats import interval
 from loadgen.analysis.summary import RunResult
 
 
+# A number standing alone in a description ("rate=200.0", "seed=0"), not part of a word or path
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
+
+
+def _canon(value: Any) -> Any:
+    """A traffic field in a form where formatting does not matter: numbers as floats, numbers in text as repr(float)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        return _NUMBER.sub(lambda m: repr(float(m.group(0))), value.strip())
+    if isinstance(value, list | tuple):
+        return [_canon(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _canon(v) for k, v in value.items()}
+    return value
+
+
+def _same(a: Any, b: Any) -> bool:
+    ca, cb = _canon(a), _canon(b)
+    if isinstance(ca, float) and isinstance(cb, float):
+        return math.isclose(ca, cb, rel_tol=1e-9, abs_tol=1e-12)
+    return bool(ca == cb)
+
+
 def traffic_differences(base: dict[str, Any], treat: dict[str, Any]) -> list[str]:
-    """What differs between the two runs' traffic (trace digest, arrival/rate, payload model, model)."""
+    """What differs between the two runs' traffic, ignoring how numbers were formatted.
+
+    The trace digest covers every arrival time, payload size and items count. When both digests
+    are present and equal, the descriptions (``trace.source``, ``config.arrival``) are not
+    compared: the same schedule written ``rate=200`` or ``rate=200.0`` (or read from another path)
+    is the same traffic. Without a usable digest they are compared, numbers normalised.
+    The fields that define traffic beyond the schedule (open/closed mode, concurrency, think
+    time, rate, request count, mean rate, payload settings, model) are always compared.
+    """
     diffs: list[str] = []
     bt, tt = base.get("trace") or {}, treat.get("trace") or {}
+    same_digest = False
     if not bt.get("digest") or not tt.get("digest"):
         diffs.append("a trace digest is missing from meta.json, so identical traffic cannot be verified")
     elif bt["digest"] != tt["digest"]:
         diffs.append(f"trace digest differs ({str(bt['digest'])[:12]} vs {str(tt['digest'])[:12]})")
+    else:
+        same_digest = True
     bc, tc = base.get("config") or {}, treat.get("config") or {}
-    for key in ("arrival", "rate", "mode", "concurrency", "payload", "payloads"):
-        if bc.get(key) != tc.get(key):
+    config_keys = ("rate", "mode", "concurrency", "think_ms", "payload", "payloads")
+    for key in config_keys if same_digest else ("arrival", *config_keys):
+        if not _same(bc.get(key), tc.get(key)):
             diffs.append(f"config.{key} differs ({bc.get(key)!r} vs {tc.get(key)!r})")
-    for key in ("source", "mean_rate", "requests"):
-        if bt.get(key) != tt.get(key):
+    for key in ("mean_rate", "requests") if same_digest else ("source", "mean_rate", "requests"):
+        if not _same(bt.get(key), tt.get(key)):
             diffs.append(f"trace.{key} differs ({bt.get(key)!r} vs {tt.get(key)!r})")
     bm, tm = (base.get("server") or {}).get("model"), (treat.get("server") or {}).get("model")
     if bm != tm:

@@ -47,8 +47,12 @@ def capacity_at_slo(
     """Per-replica capacity at the SLO from several runs at different rates: the best valid throughput."""
     if not run_dirs:
         raise AnalysisError("capacity at SLO needs at least one run directory")
+    cfg = load_meta(run_dirs[0]).get("config") or {}
     if slo_p99_ms is None:
-        slo_p99_ms = (load_meta(run_dirs[0]).get("config") or {}).get("slo_p99_ms")
+        slo_p99_ms = cfg.get("slo_p99_ms")
+    if max_error_rate is None:
+        # the same SLO as a single run's: p99 and, when configured, the error rate
+        max_error_rate = cfg.get("max_error_rate")
     points = sweep_points(run_dirs, slo_p99_ms=slo_p99_ms, warmup_s=warmup_s)
     out = capacity_from_points(points, slo_p99_ms, max_error_rate)
     out["points"] = points

@@ -132,21 +132,9 @@ class Master:
             f"master on {cfg.master_bind_host}:{port}; starting {cfg.workers} local worker(s)"
             + (f", expecting {cfg.remote_workers} remote" if cfg.remote_workers else "")
         )
+        self.master_port = port
         for _ in range(cfg.workers):
-            self.procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "loadgen.runner",
-                        "--master-host",
-                        "127.0.0.1",
-                        "--master-port",
-                        str(port),
-                    ],
-                    stdin=subprocess.DEVNULL,
-                )
-            )
+            self.procs.append(self._spawn_worker())
         try:
             self._await_workers(runner)
             self._deal(runner, model, infos[0])
@@ -160,15 +148,36 @@ class Master:
                     p.kill()
         return self._finish(infos, model)
 
+    def _spawn_worker(self) -> subprocess.Popen[bytes]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "loadgen.runner",
+            "--master-host",
+            "127.0.0.1",
+            "--master-port",
+            str(self.master_port),
+        ]
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+
     def _await_workers(self, runner: Any) -> None:
         deadline = time.monotonic() + 60.0
+        respawns = 0
         while len(runner.clients) < self.workers_total:
             if time.monotonic() > deadline:
                 raise CliError(
                     f"only {len(runner.clients)} of {self.workers_total} workers connected within 60 s"
                 )
-            if any(p.poll() is not None for p in self.procs):
-                raise CliError("a local worker exited during start-up; run with --debug to see why")
+            for k, p in enumerate(self.procs):
+                if p.poll() is None:
+                    continue
+                # Nothing was sent yet, so a worker that died starting (seen on overloaded hosts:
+                # a thread that could not be created) is simply started again, twice at most.
+                if respawns >= 2:
+                    raise CliError("a local worker exited during start-up; run with --debug to see why")
+                respawns += 1
+                self.log(f"a local worker exited during start-up (status {p.returncode}); starting another")
+                self.procs[k] = self._spawn_worker()
             gevent.sleep(0.1)
         for i, cid in enumerate(sorted(runner.clients.keys())):
             self.index_of[cid] = i

@@ -65,8 +65,17 @@ class ShardRunner:
         if plan.tls_ca:
             with open(plan.tls_ca, "rb") as fh:
                 creds = grpc.ssl_channel_credentials(fh.read())
+        # Reconnect within ~0.5 s of a restarted server: gRPC's default backoff (1 s, x1.6, up to
+        # 120 s) keeps failing requests long after the server is back, so the client's error window
+        # would overstate the outage (tests/test_reliability_faults.py).
+        opts = [
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 500),
+        ]
         self.channels = [
-            grpc.secure_channel(t, creds) if creds else grpc.insecure_channel(t) for t in plan.targets
+            grpc.secure_channel(t, creds, opts) if creds else grpc.insecure_channel(t, opts)
+            for t in plan.targets
         ]
         # Bytes in, bytes out: requests are pre-serialized and responses only measured.
         self.calls = [ch.unary_unary(f"/{SERVICE_NAME}/Infer", None, None) for ch in self.channels]
