@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from analysis_fixtures import make_run
 
-from loadgen.analysis import AnalysisError, build_report
+from loadgen.analysis import AnalysisError, build_report, capacity_at_slo, cost
+from loadgen.analysis import compare as cmp
+from loadgen.analysis.compare import traffic_differences
+from loadgen.analysis.summary import RunResult
 from server.cliargs import CliError
 
 GPU_FAST = {"kernel": 0.5, "h2d": 0.2, "d2h": 0.1, "pre": 2.0}
@@ -146,3 +150,107 @@ def test_sweep_gives_capacity(tmp_path: Path) -> None:
     # 100/s offered on replicas of 200/s capacity: one replica, half busy
     assert auto["capacity_rps"] == pytest.approx(200.0) and auto["max_replicas"] == 1
     assert auto["cost_per_1k"] == pytest.approx(3.6 / 100 * 1000 / 3600)
+
+
+def test_same_digest_with_differently_formatted_source_is_compared(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
+    # a sweep run written "rate=400" against a baseline written "rate=400.0": same schedule (digest)
+    sweep_run = make_run(
+        tmp_path / "sweep",
+        rate=400.0,
+        duration_s=8.0,
+        warmup_s=1.0,
+        device="cuda",
+        phases_ms=GPU_FAST,
+        meta={
+            "trace": {"source": "synthetic:poisson rate=400 duration_s=8 seed=0", "mean_rate": 400},
+            "config": {
+                "arrival": "synthetic:poisson rate=400 duration_s=8 seed=0",
+                "rate": 400.00000000000006,
+            },
+        },
+    )
+    r = build_report(
+        sweep_run, baseline_dir=runs["cpu"], price_per_hour=0.9, baseline_price_per_hour=1.0, bootstrap=0
+    )
+    assert r["traffic_differences"] == [] and r["comparison"] is True
+
+
+def test_traffic_fields_compared_with_numbers_normalised() -> None:
+    def meta(digest: str | None, source: str, **config: object) -> dict:
+        return {
+            "trace": {"digest": digest, "source": source, "requests": 800, "mean_rate": 400.0},
+            "config": {"arrival": source, "rate": 400.0, "mode": "open", "concurrency": 0, **config},
+            "server": {"model": "image"},
+        }
+
+    d = "d" * 64
+    assert traffic_differences(meta(d, "a rate=400.0"), meta(d, "file:/elsewhere/trace.parquet")) == []
+    # still refused: a different rate, mode or concurrency, even with the same digest
+    assert traffic_differences(meta(d, "x"), meta(d, "x", rate=200)) == ["config.rate differs (400.0 vs 200)"]
+    assert traffic_differences(meta(d, "x"), meta(d, "x", mode="closed", concurrency=8)) == [
+        "config.mode differs ('open' vs 'closed')",
+        "config.concurrency differs (0 vs 8)",
+    ]
+    # without a digest the descriptions are all there is: compared, numbers normalised
+    missing = "a trace digest is missing from meta.json, so identical traffic cannot be verified"
+    assert traffic_differences(
+        meta(None, "synthetic:poisson rate=400.0 seed=0"), meta(None, "synthetic:poisson rate=400 seed=0")
+    ) == [missing]
+    assert traffic_differences(
+        meta(None, "synthetic:poisson rate=400"), meta(None, "synthetic:poisson rate=200")
+    ) == [
+        missing,
+        "config.arrival differs ('synthetic:poisson rate=400' vs 'synthetic:poisson rate=200')",
+        "trace.source differs ('synthetic:poisson rate=400' vs 'synthetic:poisson rate=200')",
+    ]
+    # a number inside a word or path is not reformatted
+    assert traffic_differences(
+        meta(None, "file:/runs/run01/t.parquet"), meta(None, "file:/runs/run1/t.parquet")
+    ) != [missing]
+
+
+def test_sweep_capacity_respects_max_error_rate_from_meta(tmp_path: Path) -> None:
+    # 200/s meets the p99 SLO but fails 10 of its 600 measured requests (1.67 %) while
+    # config.max_error_rate is 1 %: the same SLO a single run is judged by excludes it
+    cfg = {"config": {"max_error_rate": 0.01}}
+    r100 = make_run(tmp_path / "r100", rate=100.0, duration_s=4.0, warmup_s=1.0, meta=cfg)
+    r200 = make_run(
+        tmp_path / "r200",
+        rate=200.0,
+        duration_s=4.0,
+        warmup_s=1.0,
+        meta=cfg,
+        statuses={i: "UNAVAILABLE" for i in range(300, 310)},
+    )
+    cap = capacity_at_slo([r100, r200], slo_p99_ms=50.0)
+    assert cap["capacity_rps"] == pytest.approx(100.0) and cap["from_run"] == str(r100)
+    assert cap["runs_meeting_slo"] == 1 and cap["points"][1]["error_rate"] == pytest.approx(10 / 600)
+    assert capacity_at_slo([r100, r200], slo_p99_ms=50.0, max_error_rate=0.05)[
+        "capacity_rps"
+    ] == pytest.approx(590 / 3)
+
+
+def test_autoscaled_cost_ratio_interval_from_capacity_draws() -> None:
+    # 100 arrivals/s for 10 s at $3.6/h. Capacity draws of 100/s need one replica: 10 instance-s,
+    # $0.01 for 1,000 requests -> $0.01 per 1k. Draws of 99/s need two (the second billed while
+    # it starts): 20 instance-s -> $0.02 per 1k. The baseline's capacity was given: $0.005 fixed.
+    rate = np.full(10, 100.0)
+    auto = cost.autoscale(rate, capacity_rps=100.0, cold_start_s=2.0, price_per_hour=3.6)
+    auto["capacity_source"] = "this run's successful throughput (a lower bound on capacity)"
+    treat = RunResult(
+        report={"cost": {"price_per_hour": 3.6, "autoscale": auto}},
+        thr_draws=np.array([100.0] * 10 + [99.0] * 10),
+    )
+    base = RunResult(
+        report={
+            "cost": {"price_per_hour": 1.0, "autoscale": {"cost_per_1k": 0.005, "capacity_source": "given"}}
+        },
+        thr_draws=np.array([150.0] * 20),
+    )
+    assert auto["cost_per_1k"] == pytest.approx(0.01)
+    assert cmp._autoscaled_draws(treat) == pytest.approx([0.01] * 10 + [0.02] * 10)
+    assert cmp._autoscaled_draws(base) is None  # a given capacity has no draws here
+    assert cmp._autoscaled_ratio_ci(base, treat) == pytest.approx([2.0, 4.0])
+    assert cmp._autoscaled_ratio_ci(base, base) is None

@@ -8,17 +8,17 @@ from typing import Any
 
 import numpy as np
 
+from loadgen.analysis import cost
 from loadgen.analysis.rundir import AnalysisError
 from loadgen.analysis.stats import interval
 from loadgen.analysis.summary import RunResult
-
 
 # A number standing alone in a description ("rate=200.0", "seed=0"), not part of a word or path
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
 
 
 def _canon(value: Any) -> Any:
-    """A traffic field in a form where formatting does not matter: numbers as floats, numbers in text as repr(float)."""
+    """A traffic field where formatting does not matter: numbers as floats, numbers in text as repr(float)."""
     if isinstance(value, bool) or value is None:
         return value
     if isinstance(value, int | float):
@@ -121,6 +121,53 @@ def effective_cost(r: dict[str, Any]) -> float | None:
     return auto.get("cost_per_1k") if auto.get("cost_per_1k") is not None else r.get("cost_per_1k")
 
 
+def _autoscaled_draws(res: RunResult) -> np.ndarray | None:
+    """Autoscaled cost per 1k replayed at each bootstrap draw of this run's throughput as the capacity.
+
+    None when the capacity was given (a sweep or --capacity-rps: no draws for it here) or there
+    are no draws. The cost depends on the capacity only through the replica counts, so replays
+    are cached by them: a few distinct replays, not one per draw.
+    """
+    r = res.report
+    auto = (r.get("cost") or {}).get("autoscale") or {}
+    price = (r.get("cost") or {}).get("price_per_hour")
+    if auto.get("cost_per_1k") is None or price is None or len(res.thr_draws) == 0:
+        return None
+    if not str(auto.get("capacity_source", "")).startswith("this run"):
+        return None
+    rate = np.asarray(auto["rate_rps"], dtype=np.float64)
+    cache: dict[bytes, float] = {}
+    out = np.full(len(res.thr_draws), np.nan)
+    for i, cap in enumerate(res.thr_draws):
+        if not cap > 0:
+            continue
+        wanted = np.maximum(auto["min_replicas"], np.ceil(rate / cap - 1e-9)).astype(np.int64).tobytes()
+        if wanted not in cache:
+            cache[wanted] = cost.autoscale(
+                rate,
+                capacity_rps=float(cap),
+                cold_start_s=float(auto["cold_start_s"]),
+                price_per_hour=price,
+                min_replicas=int(auto["min_replicas"]),
+                scale_down_after_s=float(auto["scale_down_after_s"]),
+                bin_s=float(auto["bin_s"]),
+            )["cost_per_1k"]
+        out[i] = cache[wanted]
+    return out
+
+
+def _autoscaled_ratio_ci(base: RunResult, treat: RunResult) -> list[float] | None:
+    """95 % interval of the autoscaled cost ratio from capacity draws; a given capacity counts as exact."""
+    bd, td = _autoscaled_draws(base), _autoscaled_draws(treat)
+    if bd is None and td is None:
+        return None
+    if bd is None:
+        bd = np.full(len(td) if td is not None else 0, effective_cost(base.report) or np.nan)
+    if td is None:
+        td = np.full(len(bd), effective_cost(treat.report) or np.nan)
+    return _ratio_ci(td, bd)
+
+
 def compare(
     base: RunResult, treat: RunResult, *, slo_p99_ms: float | None, diffs: list[str]
 ) -> dict[str, Any]:
@@ -143,7 +190,11 @@ def compare(
             "value": _div(t["cost"]["cost_per_1k_measured"], b["cost"]["cost_per_1k_measured"]),
             "ci": _ratio_ci(base.thr_draws, treat.thr_draws, price_ratio) if price_ratio else None,
         },
-        "cost_per_1k_autoscaled": {"value": _div(effective_cost(t), effective_cost(b)), "ci": None},
+        # capacity (this run's throughput, when no sweep gave one) is the uncertain input of the replay
+        "cost_per_1k_autoscaled": {
+            "value": _div(effective_cost(t), effective_cost(b)),
+            "ci": _autoscaled_ratio_ci(base, treat),
+        },
     }
     reasons: list[str] = []
     ok = True
