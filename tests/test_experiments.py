@@ -1,0 +1,209 @@
+"""compare, drill and profile: choice logic, CLI errors, and short real runs on the CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import server_env
+
+from loadgen.experiments import compare
+from loadgen.experiments.compare import CompareConfig, Side, _with_rate, best_batch
+from loadgen.experiments.drill import distribution
+
+
+def netgain(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=server_env(),
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def _cfg(slo: float) -> CompareConfig:
+    side = Side("baseline", "cpu", 1.0)
+    return CompareConfig(
+        model="null",
+        traffic=[],
+        duration_s=1,
+        warmup_s=0,
+        batch_sizes=[1, 4, 16],
+        items=[1],
+        rates=[1.0],
+        sweep_duration_s=1,
+        slo_p99_ms=slo,
+        workers=1,
+        out="x",
+        baseline=side,
+        treatment=side,
+    )
+
+
+def test_best_batch_prefers_the_largest_valid_batch_meeting_the_slo(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    runs = {}
+    for b in (1, 4, 16):
+        d = tmp_path / f"b{b}"
+        d.mkdir()
+        (d / "meta.json").write_text("{}")
+        runs[b] = str(d)
+    results = {runs[1]: (20.0, True), runs[4]: (40.0, True), runs[16]: (30.0, False)}
+    monkeypatch.setattr(compare, "_summary", lambda d: results[d])
+    assert best_batch(_cfg(50.0), runs) == 4  # 16 is invalid, 4 is the largest valid one within the SLO
+    assert best_batch(_cfg(25.0), runs) == 1  # only batch 1 meets it
+    assert best_batch(_cfg(10.0), runs) == 1  # none meets it: the valid one with the lowest p99
+    results[runs[1]] = (20.0, False)
+    results[runs[4]] = (40.0, False)
+    assert best_batch(_cfg(10.0), runs) == 1  # nothing valid: lowest p99 of all
+
+
+def test_with_rate_replaces_or_adds() -> None:
+    assert _with_rate(["--arrival", "poisson", "--rate", "50"], 200.0) == [
+        "--arrival",
+        "poisson",
+        "--rate",
+        "200",
+    ]
+    assert _with_rate(["--trace", "t.csv"], 12.5) == ["--trace", "t.csv", "--rate", "12.5"]
+
+
+def test_distribution() -> None:
+    d = distribution([3.0, 1.0, 2.0, 4.0])
+    assert d == {"n": 4, "min": 1.0, "median": 2.5, "p90": 4.0, "max": 4.0, "mean": 2.5}
+
+
+def test_compare_refuses_without_prices_or_gpu(tmp_path: Path) -> None:
+    res = netgain("compare", "--model", "null", "--out", str(tmp_path))
+    assert res.returncode == 2 and "required" in res.stderr and "Traceback" not in res.stderr
+    res = netgain(
+        "compare",
+        "--model",
+        "null",
+        "--cpu-price-per-hour",
+        "1",
+        "--gpu-price-per-hour",
+        "2",
+        "--slo-p99-ms",
+        "100",
+        "--out",
+        str(tmp_path),
+    )
+    import torch
+
+    if not torch.cuda.is_available():
+        assert res.returncode == 2 and "no CUDA on this host" in res.stderr
+
+
+@pytest.mark.slow
+def test_compare_two_cpu_setups_end_to_end_and_resume(tmp_path: Path) -> None:
+    out = tmp_path / "cmp"
+    args = [
+        "compare",
+        "--model",
+        "null",
+        "--treatment-device",
+        "cpu",
+        "--treatment-serve-args",
+        "--instances 2",
+        "--batch-sizes",
+        "1",
+        "--duration",
+        "1.5",
+        "--warmup-s",
+        "0.5",
+        "--rate",
+        "40",
+        "--rates",
+        "40",
+        "--sweep-duration",
+        "1.5",
+        "--cpu-price-per-hour",
+        "1.0",
+        "--gpu-price-per-hour",
+        "2.0",
+        "--slo-p99-ms",
+        "500",
+        "--out",
+        str(out),
+    ]
+    res = netgain(*args)
+    assert res.returncode == 0, res.stderr[-3000:]
+    for side in ("baseline", "treatment"):
+        for run in ("b1/cold", "b1/warm", "sweep/b1-r40"):
+            assert (out / side / run / "meta.json").exists()
+    for mode in ("warm", "cold"):
+        rep = json.loads((out / f"compare-{mode}" / "report.json").read_text())
+        assert rep["compare"]["best_batch"] == {"baseline": 1, "treatment": 1}
+        assert rep["compare"]["mode"] == mode
+        assert len(rep["compare"]["runs"]) == 4  # two sides x cold and warm
+        assert rep["verdict"]["net_gain"] is False  # same work at twice the price
+    assert "WARM: net gain NO" in res.stdout and "COLD: net gain NO" in res.stdout
+    # Re-running resumes: every run is reused, nothing is sent again.
+    again = netgain(*args)
+    assert again.returncode == 0
+    assert again.stderr.count("reused") == 6 and "netgain load:" not in again.stdout
+
+
+@pytest.mark.slow
+def test_drill_with_scale_up(tmp_path: Path) -> None:
+    out = tmp_path / "drill"
+    res = netgain(
+        "drill",
+        "--model",
+        "null",
+        "--repeats",
+        "2",
+        "--scale-up",
+        "--rate",
+        "20",
+        "--duration",
+        "4",
+        "--delay-s",
+        "1",
+        "--out",
+        str(out),
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    d: dict[str, Any] = json.loads((out / "drill.json").read_text())
+    assert d["repeats"] == 2 and len(d["samples"]) == 2
+    for s in d["samples"]:
+        assert 0 < s["spawn_to_up_s"] <= s["spawn_to_serving_s"] <= s["spawn_to_first_ok_s"]
+        assert set(s["inside"]) == {"process_start", "imports", "model_built", "on_device", "warmup", "ready"}
+    up = d["scale_up"]
+    assert up["replica2_ok_requests"] > 0
+    assert up["replica2_spawn_to_first_ok_s"] >= up["replica2_spawn_to_serving_s"] > 0
+
+
+@pytest.mark.slow
+def test_profile_on_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "prof"
+    res = netgain(
+        "profile",
+        "--model",
+        "tabular",
+        "--rate",
+        "20",
+        "--duration",
+        "5",
+        "--batches",
+        "3",
+        "--out",
+        str(out),
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((out / "profile-summary.json").read_text())
+    assert len(summary["trace_batches"]) == 3
+    trace = json.loads(Path(summary["trace"]).read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert any(str(n).startswith("netgain_batch_") for n in names)
+    assert summary["phases_median_ms"]["total"] > 0
+    assert (out / "profile-summary.md").read_text().startswith("# profile: tabular on cpu")
