@@ -15,15 +15,21 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import server_env
 
 pytestmark = pytest.mark.slow
 
 
 def netgain(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "loadgen.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=server_env(), stdin=subprocess.DEVNULL, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "loadgen.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=server_env(),
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
 
 
 def rows(run_dir: Path) -> dict[str, np.ndarray]:
@@ -42,8 +48,25 @@ def null_server(start_server_module: Any) -> Any:
 
 def test_open_loop_two_workers_one_row_per_scheduled_request(null_server: Any, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    res = netgain("load", "--target", null_server.target, "--rate", "100", "--duration", "3", "--warmup-s", "1",
-                  "--workers", "2", "--out", str(out), "--seed", "3", "--max-send-lag-ms", "50")
+    res = netgain(
+        "load",
+        "--target",
+        null_server.target,
+        "--rate",
+        "100",
+        "--duration",
+        "3",
+        "--warmup-s",
+        "1",
+        "--workers",
+        "2",
+        "--out",
+        str(out),
+        "--seed",
+        "3",
+        "--max-send-lag-ms",
+        "50",
+    )
     assert res.returncode == 0, res.stderr + res.stdout
     m = meta(out)
     r = rows(out)
@@ -63,8 +86,24 @@ def test_open_loop_two_workers_one_row_per_scheduled_request(null_server: Any, t
     assert m["server"]["model"] == "null" and m["trace"]["digest"]
     # The same seed gives the same schedule digest, a different seed a different one.
     out2 = tmp_path / "run2"
-    res2 = netgain("load", "--target", null_server.target, "--rate", "100", "--duration", "1", "--warmup-s", "0",
-                   "--out", str(out2), "--seed", "4", "--quiet", "--max-send-lag-ms", "50")
+    res2 = netgain(
+        "load",
+        "--target",
+        null_server.target,
+        "--rate",
+        "100",
+        "--duration",
+        "1",
+        "--warmup-s",
+        "0",
+        "--out",
+        str(out2),
+        "--seed",
+        "4",
+        "--quiet",
+        "--max-send-lag-ms",
+        "50",
+    )
     assert res2.returncode == 0, res2.stderr
     assert meta(out2)["trace"]["digest"] != m["trace"]["digest"]
     samples = pq.read_table(out / "samples.parquet").to_pydict()
@@ -79,11 +118,26 @@ def test_open_loop_two_workers_one_row_per_scheduled_request(null_server: Any, t
 
 
 def test_slow_server_and_in_flight_cap_make_the_run_invalid(start_server: Any, tmp_path: Path) -> None:
-    slow = start_server("--model", "conftest:SlowHandler", "--handler-option", "forward_ms=200",
-                        "--max-batch-size", "1")
+    slow = start_server(
+        "--model", "conftest:SlowHandler", "--handler-option", "forward_ms=200", "--max-batch-size", "1"
+    )
     out = tmp_path / "slow"
-    res = netgain("load", "--target", slow.target, "--rate", "40", "--duration", "2", "--warmup-s", "0",
-                  "--max-in-flight", "3", "--out", str(out), "--quiet")
+    res = netgain(
+        "load",
+        "--target",
+        slow.target,
+        "--rate",
+        "40",
+        "--duration",
+        "2",
+        "--warmup-s",
+        "0",
+        "--max-in-flight",
+        "3",
+        "--out",
+        str(out),
+        "--quiet",
+    )
     assert res.returncode == 3, res.stderr + res.stdout
     m = meta(out)
     assert m["validity"]["valid"] is False
@@ -98,8 +152,24 @@ def test_slow_server_and_in_flight_cap_make_the_run_invalid(start_server: Any, t
 
 def test_closed_loop_mode(null_server: Any, tmp_path: Path) -> None:
     out = tmp_path / "closed"
-    res = netgain("load", "--target", null_server.target, "--mode", "closed", "--concurrency", "4",
-                  "--duration", "2", "--warmup-s", "0", "--out", str(out), "--quiet", "--rate", "50")
+    res = netgain(
+        "load",
+        "--target",
+        null_server.target,
+        "--mode",
+        "closed",
+        "--concurrency",
+        "4",
+        "--duration",
+        "2",
+        "--warmup-s",
+        "0",
+        "--out",
+        str(out),
+        "--quiet",
+        "--rate",
+        "50",
+    )
     assert res.returncode == 0, res.stderr + res.stdout
     r = rows(out)
     assert len(r["index"]) > 20
@@ -109,8 +179,17 @@ def test_closed_loop_mode(null_server: Any, tmp_path: Path) -> None:
 
 def test_unreachable_target_fails_fast(tmp_path: Path) -> None:
     t0 = time.monotonic()
-    res = netgain("load", "--target", "127.0.0.1:1", "--duration", "1", "--out", str(tmp_path / "x"),
-                  "--wait-ready-s", "0")
+    res = netgain(
+        "load",
+        "--target",
+        "127.0.0.1:1",
+        "--duration",
+        "1",
+        "--out",
+        str(tmp_path / "x"),
+        "--wait-ready-s",
+        "0",
+    )
     assert res.returncode == 2
     assert time.monotonic() - t0 < 30
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
@@ -120,19 +199,52 @@ def test_unreachable_target_fails_fast(tmp_path: Path) -> None:
 def test_malformed_trace_names_file_line_and_field(tmp_path: Path) -> None:
     trace = tmp_path / "bad.csv"
     trace.write_text("t,size,items\n0.0,100,1\n0.5,abc,1\n")
-    res = netgain("load", "--target", "127.0.0.1:1", "--trace", str(trace), "--out", str(tmp_path / "x"),
-                  "--wait-ready-s", "0")
+    res = netgain(
+        "load",
+        "--target",
+        "127.0.0.1:1",
+        "--trace",
+        str(trace),
+        "--out",
+        str(tmp_path / "x"),
+        "--wait-ready-s",
+        "0",
+    )
     assert res.returncode == 2
     assert "bad.csv:3" in res.stderr and "size" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_killed_worker_marks_the_run_partial_and_keeps_every_row(null_server: Any, tmp_path: Path) -> None:
     out = tmp_path / "partial"
-    cmd = [sys.executable, "-m", "loadgen.cli", "load", "--target", null_server.target, "--rate", "100",
-           "--duration", "6", "--warmup-s", "0", "--workers", "2", "--out", str(out), "--quiet",
-           "--max-send-lag-ms", "50"]
-    master = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=server_env(),
-                              stdin=subprocess.DEVNULL)
+    cmd = [
+        sys.executable,
+        "-m",
+        "loadgen.cli",
+        "load",
+        "--target",
+        null_server.target,
+        "--rate",
+        "100",
+        "--duration",
+        "6",
+        "--warmup-s",
+        "0",
+        "--workers",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+        "--max-send-lag-ms",
+        "50",
+    ]
+    master = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=server_env(),
+        stdin=subprocess.DEVNULL,
+    )
     try:
         proc = psutil.Process(master.pid)
         deadline = time.monotonic() + 30
@@ -159,5 +271,7 @@ def test_killed_worker_marks_the_run_partial_and_keeps_every_row(null_server: An
     lost_rows = r["status"][~other]
     assert {"WORKER_LOST", "NOT_SENT"} & set(lost_rows.tolist())
     counts = m["counts"]
-    assert counts["ok"] + counts["errors"] + counts["dropped"] + counts["not_sent"] + counts["worker_lost"] \
+    assert (
+        counts["ok"] + counts["errors"] + counts["dropped"] + counts["not_sent"] + counts["worker_lost"]
         == counts["scheduled"]
+    )

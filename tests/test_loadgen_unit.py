@@ -42,9 +42,23 @@ def test_sharding_keeps_every_request_exactly_once(workers: int) -> None:
 
 def test_plan_round_trips_arrays() -> None:
     sched = from_trace(synthesize("constant", 10.0, 2.0)).shard(1, 2)
-    plan = Plan(run_id="r", worker=1, workers=2, targets=["127.0.0.1:1"], model="null", handler_options={},
-                seed=0, mode="open", warmup_ns=0, timeout_s=1.0, max_in_flight=10, index=sched.index.tobytes(),
-                t_ns=sched.t_ns.tobytes(), size=sched.size.tobytes(), items=sched.items.tobytes())
+    plan = Plan(
+        run_id="r",
+        worker=1,
+        workers=2,
+        targets=["127.0.0.1:1"],
+        model="null",
+        handler_options={},
+        seed=0,
+        mode="open",
+        warmup_ns=0,
+        timeout_s=1.0,
+        max_in_flight=10,
+        index=sched.index.tobytes(),
+        t_ns=sched.t_ns.tobytes(),
+        size=sched.size.tobytes(),
+        items=sched.items.tobytes(),
+    )
     back = Plan.from_msg(plan.to_msg())
     idx, t_ns, size, items = back.arrays()
     assert np.array_equal(idx, sched.index) and np.array_equal(t_ns, sched.t_ns)
@@ -75,8 +89,13 @@ def test_size_bucket_two_significant_digits() -> None:
 
 
 def test_parse_trailers() -> None:
-    md = (("server-timing", "queue;dur=1.5, pre;dur=0.25, h2d;dur=0, kernel;dur=3, d2h;dur=0, post;dur=0.5, "
-                            "total;dur=5.3"), ("x-batch", "id=42;size=8"))
+    md = (
+        (
+            "server-timing",
+            "queue;dur=1.5, pre;dur=0.25, h2d;dur=0, kernel;dur=3, d2h;dur=0, post;dur=0.5, total;dur=5.3",
+        ),
+        ("x-batch", "id=42;size=8"),
+    )
     out = parse_trailers(md)
     assert out["queue_ms"] == 1.5 and out["kernel_ms"] == 3.0 and out["server_total_ms"] == 5.3
     assert out["batch_id"] == 42 and out["batch_size"] == 8
@@ -102,9 +121,20 @@ def _cols(indices: list[int]) -> dict[str, list[object]]:
     cols = empty_columns()
     for i in indices:
         row = dict.fromkeys(RECORD_COLUMNS)
-        row.update(index=i, request_id=f"r-{i}", worker=0, target="t", warmup=False, scheduled_ns=i * 10,
-                   sent_ns=i * 10 + 1, done_ns=i * 10 + 5, status="OK", items=1, request_bytes=3,
-                   response_bytes=2)
+        row.update(
+            index=i,
+            request_id=f"r-{i}",
+            worker=0,
+            target="t",
+            warmup=False,
+            scheduled_ns=i * 10,
+            sent_ns=i * 10 + 1,
+            done_ns=i * 10 + 5,
+            status="OK",
+            items=1,
+            request_bytes=3,
+            response_bytes=2,
+        )
         for c in RECORD_COLUMNS:
             cols[c].append(row[c])
     return cols
