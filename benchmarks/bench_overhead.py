@@ -10,7 +10,6 @@ import argparse
 import statistics
 
 import psutil
-
 from common import run_clients, table
 
 from loadgen.orchestrate import ServerProcess

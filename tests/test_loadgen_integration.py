@@ -255,7 +255,7 @@ def test_killed_worker_marks_the_run_partial_and_keeps_every_row(null_server: An
         assert len(workers) == 2
         time.sleep(3.0)  # let the run get going
         os.kill(workers[0].pid, signal.SIGKILL)
-        stdout, stderr = master.communicate(timeout=90)
+        _, stderr = master.communicate(timeout=90)
     finally:
         if master.poll() is None:
             master.kill()
