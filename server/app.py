@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -36,7 +37,9 @@ from server.telemetry.samplers import Sampler
 log = logging.getLogger("netgain.server")
 
 
+@functools.cache
 def versions() -> dict[str, str]:
+    """Library and driver versions; read once (ServerInfo and metrics ask often)."""
     import google.protobuf
     import torch
 
