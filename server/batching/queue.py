@@ -63,6 +63,10 @@ class RequestQueue:
         self._items: deque[Pending] = deque()
         self._cond = threading.Condition()
         self._closed = False
+        self._queued_items = 0
+        # The batcher only needs waking when the queue stops being empty or a batch fills up;
+        # a wake-up per request would hand the GIL back and forth for nothing.
+        self._full_at = 1
 
     def __len__(self) -> int:
         return len(self._items)
@@ -74,7 +78,9 @@ class RequestQueue:
             if len(self._items) >= self.max_requests:
                 raise QueueFull(f"request queue is full ({self.max_requests} requests waiting)")
             self._items.append(pending)
-            self._cond.notify()
+            self._queued_items += pending.n_items
+            if len(self._items) == 1 or self._queued_items >= self._full_at:
+                self._cond.notify()
 
     def close(self) -> None:
         """Refuse new requests; ``take_batch`` keeps returning what is queued, then None."""
@@ -87,19 +93,15 @@ class RequestQueue:
         first request's arrival. Returns None once closed and empty. A request larger than
         ``max_items`` forms a batch of its own."""
         with self._cond:
+            self._full_at = max_items
             while not self._items:
                 if self._closed:
                     return None
                 self._cond.wait()
             deadline = self._items[0].arrival_ns + max_delay_ns
             while True:
-                queued_items = 0
-                for p in self._items:
-                    queued_items += p.n_items
-                    if queued_items >= max_items:
-                        break
                 now = self._clock()
-                if queued_items >= max_items or now >= deadline or self._closed:
+                if self._queued_items >= max_items or now >= deadline or self._closed:
                     return self._pop(max_items)
                 self._cond.wait((deadline - now) / 1e9)
 
@@ -110,4 +112,5 @@ class RequestQueue:
             p = self._items.popleft()
             total += p.n_items
             batch.append(p)
+        self._queued_items -= total
         return batch
