@@ -144,16 +144,28 @@ def timeline(rows: dict[str, list[tuple[str, float, float]]], title: str) -> str
     end = max(s + d for _, s, d in spans) or 1.0
     plot_w = W - PAD_L - PAD_R
     out = _frame(title, "seconds since process start", "")
+    names: list[str] = []
     for ri, (label, r) in enumerate(rows.items()):
-        y = PAD_T + 10 + ri * 60
-        out.append(f'<text x="{PAD_L - 4}" y="{y + 14}" text-anchor="end">{escape(label)}</text>')
-        for si, (name, start, dur) in enumerate(r):
+        y = PAD_T + 22 + ri * 56
+        # Row label above its bar, phase names in a legend: short phases are too thin to label.
+        out.append(f'<text x="{PAD_L}" y="{y - 4}">{escape(label)}</text>')
+        for name, start, dur in r:
+            if name not in names:
+                names.append(name)
             x = PAD_L + start / end * plot_w
+            color = COLORS[names.index(name) % len(COLORS)]
             out.append(
                 f'<rect x="{x:.1f}" y="{y}" width="{max(dur / end * plot_w, 1):.1f}" height="20" '
-                f'fill="{COLORS[si % len(COLORS)]}"><title>{escape(name)}: {dur:.3f} s</title></rect>'
-                f'<text x="{x:.1f}" y="{y + 34 + (si % 2) * 12}" font-size="9">{escape(name)}</text>'
+                f'fill="{color}"><title>{escape(name)}: {dur:.3f} s</title></rect>'
             )
+        out.append(f'<text x="{PAD_L + plot_w + 4}" y="{y + 14}">{_fmt(sum(d for _, _, d in r))} s</text>')
+    for i, name in enumerate(names):
+        ly = PAD_T + 22 + len(rows) * 56 + i * 14
+        out.append(
+            f'<rect x="{PAD_L}" y="{ly - 9}" width="10" height="10" fill="{COLORS[i % len(COLORS)]}"/>'
+            f'<text x="{PAD_L + 14}" y="{ly}">{escape(name)}</text>'
+        )
+    out.append(f'<text x="{PAD_L}" y="{H - PAD_B + 14}">0</text>')
     out.append(f'<text x="{W - PAD_R}" y="{H - PAD_B + 14}" text-anchor="end">{_fmt(end)} s</text>')
     return "\n".join([*out, "</svg>"])
 
