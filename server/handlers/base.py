@@ -3,7 +3,7 @@
 A handler turns CPU payloads into a batch, runs the forward pass on a device and
 turns the output back into responses. The server owns batching, copies, timing
 and threads; the handler owns only model-specific work. Users name their own
-class as ``module:Class`` (see docs/handlers.md).
+class as ``module:Class`` (see "Handlers: your own model" in docs/server.md).
 """
 
 from __future__ import annotations
