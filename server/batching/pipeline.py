@@ -21,6 +21,7 @@ from typing import Any
 from server.batching.queue import Pending, RequestQueue
 from server.device import DeviceOutOfMemory, DeviceRunner
 from server.handlers.base import Handler, InvalidInput
+from server.threadnames import name_os_thread
 
 log = logging.getLogger("netgain.server")
 
@@ -66,7 +67,9 @@ class Pipeline:
         self._ids = itertools.count(1)
         self._slots = threading.Semaphore(len(runners) + config.pre_threads)
         self._device_q: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
-        self._pool = ThreadPoolExecutor(config.pre_threads, thread_name_prefix="netgain-prepost")
+        self._pool = ThreadPoolExecutor(
+            config.pre_threads, thread_name_prefix="netgain-prepost", initializer=name_os_thread
+        )
         self._threads: list[threading.Thread] = []
         self._profile: ProfileCapture | None = None
         self._profile_lock = threading.Lock()
@@ -105,6 +108,7 @@ class Pipeline:
 
     # -- stages ------------------------------------------------------------------
     def _batch_loop(self) -> None:
+        name_os_thread()
         delay_ns = int(self.config.max_queue_delay_ms * 1e6)
         while True:
             self._slots.acquire()
@@ -178,6 +182,7 @@ class Pipeline:
         self._device_q.put(batch)
 
     def _device_loop(self, runner: DeviceRunner) -> None:
+        name_os_thread()
         while True:
             batch = self._device_q.get()
             if batch is None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from server.batching.queue import Pending
 from server.telemetry.metrics import ServerMetrics
+from server.threadnames import name_os_thread
 from server.timing import PHASES
 
 log = logging.getLogger("netgain.server")
@@ -104,6 +105,7 @@ class Recorder:
             self.span_log.close()
 
     def _loop(self) -> None:
+        name_os_thread()
         while not self._stop.wait(self.interval_s):
             try:
                 self._drain()

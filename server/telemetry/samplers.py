@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from server.telemetry.metrics import ServerMetrics
+from server.threadnames import name_os_thread
 
 log = logging.getLogger("netgain.server")
 
@@ -26,6 +27,11 @@ def thread_role(name: str, tid: int, pid: int) -> str:
     if tid == pid:
         return "frontend"  # main thread: asyncio loop and the gRPC Python handlers
     for prefix, role in (
+        ("ng-prepost", "prepost"),  # OS names set by server.threadnames
+        ("ng-device", "device"),
+        ("ng-batcher", "batcher"),
+        ("ng-recorder", "telemetry"),
+        ("ng-sampler", "telemetry"),
         ("netgain-prepost", "prepost"),
         ("netgain-device", "device"),
         ("netgain-batcher", "batcher"),
@@ -148,6 +154,7 @@ class Sampler:
         self._thread.join(5.0)
 
     def _loop(self) -> None:
+        name_os_thread()
         last_t = self.clock()
         last_cpu = self._process_cpu()
         last_roles = read_thread_cpu()
