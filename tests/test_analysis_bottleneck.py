@@ -72,6 +72,23 @@ def test_cpu_bound(tmp_path: Path) -> None:
     assert b["kind"] == "cpu-bound"
 
 
+def test_cpu_bound_counts_the_device_thread_with_the_intra_op_threads(tmp_path: Path) -> None:
+    """On a CPU run the forward pass runs on the device worker thread and torch's workers: 2.5 + 0.9
+    of 4 cores is 85 %, saturated, though neither role alone reaches 80 %."""
+    b = _kind(
+        tmp_path,
+        "cpu",
+        {
+            "netgain_cpu_cores": 4,
+            "netgain_process_cpu_ratio": 3.5,
+            "netgain_thread_cpu_ratio": {"role=compute": 2.5, "role=device": 0.9, "role=prepost": 0.05},
+            "netgain_queue_depth_requests": 0,
+        },
+    )
+    assert b["kind"] == "cpu-bound"
+    assert "model compute (device + intra-op threads) 3.40 of 4.00 cores (saturated >= 0.8)" in b["evidence"]
+
+
 def test_loadgen_bound_by_worker_cpu(tmp_path: Path) -> None:
     b = _kind(tmp_path, "cpu", {"netgain_client_worker_cpu_ratio": 0.97, "netgain_cpu_cores": 4})
     assert b["kind"] == "loadgen-bound"

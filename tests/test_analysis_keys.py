@@ -556,7 +556,7 @@ def test_every_string_and_flag_too(full: dict[str, Any]) -> None:
             "(busy >= 0.85, idle < 0.5)",
             "CPU per thread: prepost 0.70, frontend 0.30 core (saturated >= 0.9); "
             "process 3.75 of 16.00 cores",
-            "compute threads 4.00 of 16.00 cores (saturated >= 0.8)",
+            "model compute (device + intra-op threads) 4.00 of 16.00 cores (saturated >= 0.8)",
         ],
     }
     assert r["baseline"]["bottleneck"]["kind"] == "unsaturated"

@@ -6,7 +6,8 @@ Rules, first match wins (thresholds are module constants, documented in docs/rep
 2. ``gpu-bound``: GPU utilization or kernel busy >= DEVICE_BUSY and queue pressure.
 3. ``upstream-bound``: device mostly idle (GPU util and kernel busy < DEVICE_IDLE) while a
    pre/post thread, the frontend, or the whole process is saturated, and queue pressure.
-4. ``cpu-bound``: a cpu run whose compute threads use >= CORES_SATURATED of the cores
+4. ``cpu-bound``: a cpu run whose model compute (device + intra-op threads) uses
+   >= CORES_SATURATED of the cores
    (or kernel busy >= DEVICE_BUSY with queue pressure).
 5. ``unsaturated`` otherwise.
 Queue pressure: the queue-depth fit rises by >= QUEUE_RISE requests over the window, or the
@@ -179,8 +180,15 @@ def classify(
     if idle and saturated and pressure:
         ev.append(f"saturated while the device idles: {', '.join(saturated)}")
         return {"kind": "upstream-bound", "evidence": ev}
-    compute = cpu.get("by_role", {}).get("compute")
-    ev.append(f"compute threads {_fmt(compute)} of {_fmt(cores)} cores (saturated >= {CORES_SATURATED})")
+    # Model compute on a CPU run: the device worker thread calling forward plus torch's intra-op
+    # (OpenMP) workers, which the server labels "device" and "compute".
+    by_role = cpu.get("by_role", {})
+    parts = [by_role[r] for r in ("compute", "device") if by_role.get(r) is not None]
+    compute = sum(parts) if parts else None
+    ev.append(
+        f"model compute (device + intra-op threads) {_fmt(compute)} of {_fmt(cores)} cores "
+        f"(saturated >= {CORES_SATURATED})"
+    )
     if not on_gpu and (
         (compute is not None and cores and compute >= CORES_SATURATED * cores)
         or (busy is not None and busy >= DEVICE_BUSY and pressure)
