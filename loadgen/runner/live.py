@@ -124,10 +124,15 @@ class LiveStats:
             self.metrics.achieved_rps.set(achieved)
             self.metrics.target_rps.set(target_rps)
             self.metrics.in_flight.set(sum(self.in_flight.values()))
+
+        def ms(v: float, width: int) -> str:  # "-" until measured requests (after warm-up) arrive
+            return f"{v:{width}.2f}" if v == v else "-".rjust(width)
+
         line = (
             f"[{elapsed_s:6.1f}s/{total_s:.0f}s] target {target_rps:8.1f}/s achieved {achieved:8.1f}/s | "
-            f"p50 {self.latency.percentile_ms(50):7.2f} ms p99 {self.latency.percentile_ms(99):7.2f} ms | "
+            f"p50 {ms(self.latency.percentile_ms(50), 7)} ms "
+            f"p99 {ms(self.latency.percentile_ms(99), 7)} ms | "
             f"ok {self.ok} errors {self.errors} dropped {self.dropped} | "
-            f"send-lag p99 {self.lag.percentile_ms(99):6.2f} ms"
+            f"send-lag p99 {ms(self.lag.percentile_ms(99), 6)} ms"
         )
         print(line, file=self.out, flush=True)
