@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +34,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from loadgen.orchestrate import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -62,12 +63,6 @@ def binary(name: str) -> str:
     if os.environ.get("CI"):
         pytest.fail(f"{name} not found on PATH; CI must install the Debian package `prometheus`")
     pytest.skip(f"{name} not installed (apt-get install prometheus); CI is not set, so skipping")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_get(url: str, timeout: float = 5.0) -> bytes:

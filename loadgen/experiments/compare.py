@@ -7,6 +7,7 @@ exists is reused, so an interrupted compare resumes where it stopped.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -111,8 +112,9 @@ def _p99(run_dir: str) -> float:
     return _summary(run_dir)[0]
 
 
+@functools.cache
 def _summary(run_dir: str) -> tuple[float, bool]:
-    """(p99 ms, valid) of a run."""
+    """(p99 ms, valid) of a finished run; cached, since progress lines and the batch choice both ask."""
     from loadgen.analysis import build_report
 
     rep = build_report(run_dir, bootstrap=0)
