@@ -1,7 +1,8 @@
 """Frontend capacity: the null model behind N server processes sharing one port (SO_REUSEPORT).
 
 Target (issue 2, H200 host, 16 cores): >= 10,000 req/s; p99 <= 5 ms at half that rate.
-Usage: python benchmarks/bench_frontend.py --servers 6 --client-procs 6 [--duration 5]
+Usage: python benchmarks/bench_frontend.py --servers 8,12 --client-procs 4 [--duration 5]
+(one row per server count, each with its own fresh servers)
 """
 
 from __future__ import annotations
@@ -14,17 +15,10 @@ from common import null_servers, run_clients, table
 from loadgen.orchestrate import free_port
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--servers", type=int, default=1)
-    ap.add_argument("--client-procs", type=int, default=2)
-    ap.add_argument("--concurrency", type=int, default=64)
-    ap.add_argument("--duration", type=float, default=5.0)
-    a = ap.parse_args()
-    port = free_port()
-    rows = []
+def measure(servers: int, a: argparse.Namespace) -> list[object]:
+    """Saturated closed loop, then paced at half that rate, against ``servers`` fresh processes."""
     with contextlib.ExitStack() as stack:
-        target = null_servers(stack, a.servers, port)
+        target = null_servers(stack, servers, free_port())
         sat = run_clients(
             target, "null", processes=a.client_procs, concurrency=a.concurrency, duration=a.duration
         )
@@ -37,19 +31,27 @@ def main() -> None:
             duration=a.duration,
             rate=half,
         )
-        rows.append(
-            [
-                a.servers,
-                a.client_procs,
-                round(sat.rps),
-                f"{sat.pct(99):.2f}",
-                round(half),
-                round(paced.rps),
-                f"{paced.pct(50):.2f}",
-                f"{paced.pct(99):.2f}",
-                sat.errors + paced.errors,
-            ]
-        )
+    return [
+        servers,
+        a.client_procs,
+        round(sat.rps),
+        f"{sat.pct(99):.2f}",
+        round(half),
+        round(paced.rps),
+        f"{paced.pct(50):.2f}",
+        f"{paced.pct(99):.2f}",
+        sat.errors + paced.errors,
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--servers", default="1", help="server process counts, comma-separated")
+    ap.add_argument("--client-procs", type=int, default=2)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--duration", type=float, default=5.0)
+    a = ap.parse_args()
+    rows = [measure(int(n), a) for n in a.servers.split(",")]
     print(
         table(
             rows,

@@ -97,9 +97,13 @@ def ours(target: str, out: str, rate: float, duration: float, workers: int, in_f
     span = (sent[measured].max() - sent[measured].min()) / 1e9
     order = np.argsort(sched[measured])
     lag_ms = (sent[measured] - sched[measured]) / 1e6
+    with open(os.path.join(out, "meta.json")) as fh:
+        cpu = json.load(fh)["workers"]["cpu_ratio"]
     return {
         "rc": rc,
         "rows": len(sched),
+        "dropped": int(sum(s == "DROPPED" for s in t["status"])),
+        "worker_cpu_max": max(cpu.values()) if cpu else float("nan"),
         "ok": int(ok.sum()),
         "achieved_rps": measured.sum() / span,
         "lag_p99_ms": float(np.percentile(lag_ms, 99)),
@@ -179,8 +183,8 @@ def main() -> None:
                     f"netgain load x{w}",
                     round(r["achieved_rps"]),
                     f"{r['achieved_rps'] / w:.0f}/worker",
-                    "-",
-                    "-",
+                    f"sender loop CPU max {r['worker_cpu_max']:.2f}",
+                    f"dropped at cap {r['dropped']}",
                 ]
             )
         stock = stock_locust(target, 10, a.duration)

@@ -190,6 +190,11 @@ class Server:
             ("grpc.max_receive_message_length", cfg.max_message_bytes),
             ("grpc.max_send_message_length", cfg.max_message_bytes),
             ("grpc.so_reuseport", 1),
+            # Calls gRPC has accepted but the event loop has not picked up yet. gRPC's defaults
+            # (1,000, hard 3,000) reset streams under a burst, which clients see as CANCELLED
+            # instead of the server's own queue shedding them with RESOURCE_EXHAUSTED.
+            ("grpc.server.max_pending_requests", max(10_000, 4 * cfg.max_queue_size)),
+            ("grpc.server.max_pending_requests_hard_limit", max(20_000, 8 * cfg.max_queue_size)),
         ]
         server = grpc.aio.server(options=opts)
         add_inference_servicer(self.servicer, server)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -84,6 +85,10 @@ def test_open_loop_two_workers_one_row_per_scheduled_request(null_server: Any, t
     assert r["warmup"].sum() > 0 and (~r["warmup"]).sum() > 0
     assert m["validity"]["valid"] is True
     assert m["server"]["model"] == "null" and m["trace"]["digest"]
+    # Locust's own statistics saw every request through the workers' request events.
+    with open(out / "locust_stats.csv") as fh:
+        stats = {row["Name"]: row for row in csv.DictReader(fh)}
+    assert int(stats["Infer"]["Request Count"]) == n and int(stats["Infer"]["Failure Count"]) == 0
     # The same seed gives the same schedule digest, a different seed a different one.
     out2 = tmp_path / "run2"
     res2 = netgain(

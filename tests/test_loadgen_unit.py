@@ -7,10 +7,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from loadgen.payloads import PayloadFactory, size_bucket
+from loadgen.runner.engine import parse_trailers
 from loadgen.runner.live import LogHistogram
 from loadgen.runner.protocol import RECORD_COLUMNS, Plan, empty_columns
 from loadgen.runner.sink import RecordSink
-from loadgen.runner.worker import parse_trailers
 from loadgen.schedule import from_trace
 from loadgen.traces import synthesize
 from protos import pb

@@ -20,6 +20,7 @@ from PIL import Image
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
+from loadgen.payloads import PayloadFactory
 from protos import SERVICE_NAME, InferenceStub, pb
 from server.coldstart import COLD_START_PHASES
 from server.timing import PHASES, parse_batch, parse_server_timing
@@ -434,6 +435,32 @@ def test_full_queue_sheds_with_resource_exhausted(start_server: ServerLauncher) 
         lambda: sample_value(server, "netgain_requests_total", code="RESOURCE_EXHAUSTED") == len(shed),
         what="shed counter",
     )
+
+
+def test_burst_beyond_grpc_pending_limit_is_shed_not_cancelled(start_server: ServerLauncher) -> None:
+    """3,000 calls at once: more than gRPC's default pending-call limit (1,000), which used to reset
+    streams (CANCELLED at the client) before the server's own queue could shed them."""
+    import asyncio
+
+    server = start_server("--model", "null", "--max-queue-size", "64", "--max-batch-size", "8")
+    body = PayloadFactory("null").request_bytes(0, 0, 1)
+
+    async def burst() -> list[str]:
+        async with grpc.aio.insecure_channel(server.target) as ch:
+            call = ch.unary_unary(f"/{SERVICE_NAME}/Infer")
+
+            async def one() -> str:
+                try:
+                    await call(body, timeout=60)
+                    return "OK"
+                except grpc.aio.AioRpcError as exc:
+                    return exc.code().name
+
+            return await asyncio.gather(*(one() for _ in range(3000)))
+
+    codes = asyncio.run(burst())
+    assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}, {c: codes.count(c) for c in set(codes)}
+    assert codes.count("OK") >= 64
 
 
 def test_sigterm_drains_in_flight_requests(start_server: ServerLauncher) -> None:

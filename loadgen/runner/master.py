@@ -74,6 +74,7 @@ class Master:
         self.last_seen: dict[int, float] = {}  # worker → monotonic time of its last records
         self.procs: list[subprocess.Popen[bytes]] = []
         self.samples = Samples()
+        self.env: Any = None  # Locust's Environment, once the run starts
         self.epoch_ns = 0
         registry = CollectorRegistry()
         self.client_metrics = ClientMetrics(registry) if cfg.metrics_port >= 0 else None
@@ -119,6 +120,7 @@ class Master:
         infos = [probe_target(t, cfg.wait_ready_s, cfg.tls_ca) for t in probed]
         model = cfg.model or infos[0].handler or infos[0].model
         env = Environment(user_classes=[], events=None)
+        self.env = env
         runner = env.create_master_runner(cfg.master_bind_host, cfg.master_bind_port)
         for name, fn in ((READY, self.on_ready), (RECORDS, self.on_records), (DONE, self.on_done)):
             runner.register_message(name, fn)
@@ -300,11 +302,29 @@ class Master:
                 fill[c].append(row[c])
         return fill
 
+    def _write_locust_csv(self) -> None:
+        """Locust's own statistics (fed by the workers' request events), as its --csv would write
+        them: the familiar view, millisecond-rounded; requests.parquet is the exact record."""
+        import csv
+
+        if self.env is None:
+            return
+        from locust.stats import PERCENTILES_TO_REPORT, StatsCSV
+
+        writer = StatsCSV(self.env, PERCENTILES_TO_REPORT)
+        for name, write in (
+            ("locust_stats.csv", writer.requests_csv),
+            ("locust_failures.csv", writer.failures_csv),
+        ):
+            with open(os.path.join(self.cfg.out, name), "w", newline="") as fh:
+                write(csv.writer(fh))
+
     def _finish(self, infos: list[Any], model: str) -> int:
         cfg = self.cfg
         fill = self._fill_missing() if cfg.mode == "open" else empty_columns()
         self.sink.close(fill)
         self.samples.write(os.path.join(cfg.out, "samples.parquet"))
+        self._write_locust_csv()
         counts = {
             "scheduled": len(self.schedule) if cfg.mode == "open" else self.sink.written,
             "sent": self.live.sent,

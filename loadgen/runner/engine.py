@@ -1,0 +1,295 @@
+"""The sender engine of one load-generator worker: asyncio + grpc.aio in a process without gevent.
+
+The Locust worker (gevent) relays between the master and this process over a pipe pair (see
+``frames``). Sending here rather than in the worker avoids gRPC's gevent integration, which hands
+every blocking call to a thread pool and back and made a worker fall milliseconds behind its
+schedule at ~1,000 req/s on one core.
+
+Each request goes out at its scheduled time as its own task, whether or not earlier ones
+returned; a cap on requests in flight turns overflow into DROPPED rows, never silent delay.
+Times are ``perf_counter_ns`` aligned once to the master's epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import fcntl
+import logging
+import math
+import os
+import selectors
+import sys
+import threading
+import time
+from typing import IO, Any
+
+import grpc
+
+from loadgen.payloads import PayloadFactory
+from loadgen.runner import frames
+from loadgen.runner.protocol import PHASE_COLUMNS, Plan, empty_columns
+from protos.service import SERVICE_NAME
+from server.timing import BATCH_KEY, PHASES, REQUEST_ID_KEY, TIMING_KEY, parse_batch, parse_server_timing
+
+log = logging.getLogger("netgain.loadgen")
+FLUSH_INTERVAL_S = 0.25
+POLL_WINDOW_S, POLL_MIN_S = 0.0012, 0.0002  # the last 0.2-1.2 ms of a wait is polled (see below)
+NAP_S = 30e-6  # one nap while polling: bounds both send lag and the delay in seeing a response
+# Reconnect within ~0.5 s of a restarted server: gRPC's default backoff (1 s, x1.6, up to 120 s)
+# keeps failing requests long after the server is back (tests/test_reliability_faults.py).
+CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+]
+
+
+def parse_trailers(md: Any) -> dict[str, Any]:
+    """Server phases, total and batch from trailing metadata; missing values are None."""
+    out: dict[str, Any] = {c: None for c in PHASE_COLUMNS}
+    out.update(server_total_ms=None, batch_id=None, batch_size=None)
+    for key, value in md or ():
+        if key == TIMING_KEY:
+            try:
+                timing = parse_server_timing(value)
+            except ValueError:
+                continue
+            for phase in PHASES:
+                if phase in timing:
+                    out[f"{phase}_ms"] = timing[phase]
+            out["server_total_ms"] = timing.get("total")
+        elif key == BATCH_KEY:
+            try:
+                bid, bsize = parse_batch(value)
+            except ValueError:
+                continue
+            out["batch_id"] = bid if bid >= 0 else None
+            out["batch_size"] = bsize if bid >= 0 else None
+    return out
+
+
+class PreciseSelector(selectors.EpollSelector):
+    """epoll waits whole milliseconds, rounded up, so an asyncio timer can fire up to 1 ms late.
+    Long waits are cut to whole milliseconds that end 0.2-1.2 ms early; the last stretch is
+    zero-timeout polls with short naps."""
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None:
+            return super().select(None)
+        if timeout >= POLL_WINDOW_S:
+            return super().select(math.floor((timeout - POLL_MIN_S) * 1000) / 1000)
+        ready = super().select(0)
+        if ready or timeout <= 0:
+            return ready
+        time.sleep(min(timeout, NAP_S))
+        return super().select(0)
+
+
+def _lower_timer_slack() -> None:
+    """Linux pads each sleep by 50 µs of timer slack by default; 1 µs keeps naps short."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK
+
+
+class Engine:
+    def __init__(self, plan: Plan, out: IO[bytes]) -> None:
+        self.plan = plan
+        self.out = out
+        self.cols = empty_columns()
+        self.in_flight = 0
+        self.sent = self.done = self.dropped = 0
+        self.epoch_perf_ns = 0
+        self.index, self.t_ns, self.size, self.items = plan.arrays()
+        self.bodies: list[bytes] = []
+        self.payloads = PayloadFactory(plan.model, plan.handler_options, plan.seed)
+        self._cpu_mark = self._run_mark = (time.monotonic(), time.thread_time())
+
+    def prepare(self) -> None:
+        self.bodies = [
+            self.payloads.request_bytes(int(i), int(s), int(k))
+            for i, s, k in zip(self.index, self.size, self.items, strict=True)
+        ]
+
+    def _channels(self) -> list[grpc.aio.Channel]:
+        if self.plan.tls_ca:
+            with open(self.plan.tls_ca, "rb") as fh:
+                creds = grpc.ssl_channel_credentials(fh.read())
+            return [grpc.aio.secure_channel(t, creds, CHANNEL_OPTIONS) for t in self.plan.targets]
+        return [grpc.aio.insecure_channel(t, CHANNEL_OPTIONS) for t in self.plan.targets]
+
+    async def run(self, epoch_unix_ns: int) -> None:
+        self.epoch_perf_ns = time.perf_counter_ns() + (epoch_unix_ns - time.time_ns())
+        self._cpu_mark = self._run_mark = (time.monotonic(), time.thread_time())
+        channels = self._channels()
+        # Bytes in, bytes out: requests are pre-serialized and responses only measured.
+        self.calls = [ch.unary_unary(f"/{SERVICE_NAME}/Infer", None, None) for ch in channels]
+        flusher = asyncio.get_running_loop().create_task(self._flush_loop())
+        try:
+            if self.plan.mode == "closed":
+                await self._run_closed()
+            else:
+                await self._run_open()
+        finally:
+            flusher.cancel()
+            self._flush()
+            for ch in channels:
+                await ch.close(None)
+            done = {"sent": self.sent, "done": self.done, "dropped": self.dropped}
+            frames.write_frame(self.out, frames.DONE, {**done, "cpu_ratio": self._ratio(self._run_mark)})
+
+    # -- open loop ----------------------------------------------------------------------
+    async def _run_open(self) -> None:
+        tasks: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
+        for j in range(len(self.index)):
+            left = self.epoch_perf_ns + int(self.t_ns[j]) - time.perf_counter_ns()
+            # Yield even when due: responses must be read and the new task started promptly.
+            await asyncio.sleep(left / 1e9 if left > 0 else 0)
+            if self.in_flight >= self.plan.max_in_flight:
+                self.dropped += 1
+                self._record(j, None, None, "DROPPED", 0, {})
+                continue
+            task = loop.create_task(self._fire(j, int(self.t_ns[j])))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.plan.timeout_s + 5.0)
+
+    # -- closed loop ----------------------------------------------------------------------
+    async def _run_closed(self) -> None:
+        plan = self.plan
+        end = self.epoch_perf_ns + plan.duration_ns
+        seq = 0
+
+        async def user() -> None:
+            nonlocal seq
+            while time.perf_counter_ns() < end:
+                n, seq = seq, seq + 1
+                j = n % max(1, len(self.bodies))
+                now = time.perf_counter_ns() - self.epoch_perf_ns
+                await self._fire(j, now, index=plan.worker + plan.workers * n)
+                if plan.think_ms:
+                    await asyncio.sleep(plan.think_ms / 1e3)
+
+        await asyncio.wait_for(
+            asyncio.gather(*(user() for _ in range(plan.concurrency))),
+            timeout=plan.duration_ns / 1e9 + plan.timeout_s + 5.0,
+        )
+
+    # -- one request ------------------------------------------------------------------------
+    async def _fire(self, j: int, scheduled_ns: int, index: int | None = None) -> None:
+        idx = int(self.index[j]) if index is None else index
+        target = idx % len(self.calls)
+        self.in_flight += 1
+        sent = time.perf_counter_ns() - self.epoch_perf_ns
+        call = self.calls[target](
+            self.bodies[j],
+            metadata=((REQUEST_ID_KEY, f"{self.plan.run_id}-{idx}"),),
+            timeout=self.plan.timeout_s,
+        )
+        try:
+            raw = await call
+            md: Any = await call.trailing_metadata()
+            status, resp_bytes = "OK", len(raw)
+        except grpc.aio.AioRpcError as exc:
+            status, resp_bytes, md = exc.code().name, 0, exc.trailing_metadata()
+        done = time.perf_counter_ns() - self.epoch_perf_ns
+        self.in_flight -= 1
+        self.sent += 1
+        self.done += 1
+        self._record(j, sent, done, status, resp_bytes, parse_trailers(md), scheduled_ns, idx, target)
+
+    def _record(
+        self,
+        j: int,
+        sent: int | None,
+        done: int | None,
+        status: str,
+        resp_bytes: int,
+        server: dict[str, Any],
+        scheduled_ns: int | None = None,
+        idx: int | None = None,
+        target: int | None = None,
+    ) -> None:
+        c = self.cols
+        idx = int(self.index[j]) if idx is None else idx
+        sched = int(self.t_ns[j]) if scheduled_ns is None else scheduled_ns
+        c["index"].append(idx)
+        c["request_id"].append(f"{self.plan.run_id}-{idx}")
+        c["worker"].append(self.plan.worker)
+        c["target"].append(self.plan.targets[idx % len(self.plan.targets) if target is None else target])
+        c["warmup"].append(sched < self.plan.warmup_ns)
+        c["scheduled_ns"].append(sched)
+        c["sent_ns"].append(sent)
+        c["done_ns"].append(done)
+        c["status"].append(status)
+        c["items"].append(int(self.items[j]))
+        c["request_bytes"].append(len(self.bodies[j]) if self.bodies else 0)
+        c["response_bytes"].append(resp_bytes)
+        for key in ("batch_id", "batch_size", *PHASE_COLUMNS, "server_total_ms"):
+            c[key].append(server.get(key))
+
+    # -- CPU and flushing -------------------------------------------------------------------
+    @staticmethod
+    def _ratio(mark: tuple[float, float]) -> float:
+        """CPU of the event-loop thread over wall time since ``mark`` (1.0 = one core, saturated).
+        Short polling naps sleep, so they count as idle; gRPC's own core threads are not counted."""
+        return (time.thread_time() - mark[1]) / max(1e-9, time.monotonic() - mark[0])
+
+    def _flush(self) -> None:
+        if self.cols["index"]:
+            cols, self.cols = self.cols, empty_columns()
+            cols["_cpu_ratio"] = self._ratio(self._cpu_mark)  # type: ignore[assignment]
+            cols["_in_flight"] = self.in_flight  # type: ignore[assignment]
+            self._cpu_mark = (time.monotonic(), time.thread_time())
+            frames.write_frame(self.out, frames.RECORDS, cols)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_INTERVAL_S)
+            self._flush()
+
+
+def _exit_when_orphaned(inp: IO[bytes]) -> None:
+    """The worker holds our stdin: end of file means it is gone, and so is the run."""
+    while inp.read(65536):
+        pass
+    os._exit(0)
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Frames own the original stdout; anything printed by libraries goes to stderr instead.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    with contextlib.suppress(OSError):
+        fcntl.fcntl(out.fileno(), 1031, 1 << 20)  # F_SETPIPE_SZ: a record flush never blocks us
+    inp = sys.stdin.buffer
+    first = frames.read_frame(inp)
+    if first is None or first[0] != frames.PLAN:
+        return 2
+    try:
+        engine = Engine(Plan.from_msg(first[1]), out)
+        engine.prepare()
+    except Exception as exc:  # tell the master instead of dying silently
+        log.exception("engine failed to prepare")
+        frames.write_frame(out, frames.READY, {"error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    frames.write_frame(out, frames.READY, {"requests": len(engine.bodies)})
+    go = frames.read_frame(inp)
+    if go is None or go[0] != frames.GO:
+        return 0
+    threading.Thread(target=_exit_when_orphaned, args=(inp,), daemon=True, name="ng-orphan-watch").start()
+    _lower_timer_slack()
+    loop = asyncio.SelectorEventLoop(PreciseSelector())
+    try:
+        loop.run_until_complete(engine.run(int(go[1]["epoch_unix_ns"])))
+    finally:
+        loop.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
