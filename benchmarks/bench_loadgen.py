@@ -36,7 +36,9 @@ class GrpcUser(User):
     """The Locust gRPC example's pattern: closed loop, one call per task, ms response times."""
     wait_time = constant(0)
     def on_start(self):
-        self.call = grpc.insecure_channel(self.host).unary_unary(f"/{SERVICE_NAME}/Infer", None, None)
+        # One connection per user (as ours uses several), so SO_REUSEPORT spreads users over servers.
+        ch = grpc.insecure_channel(self.host, [("grpc.use_local_subchannel_pool", 1)])
+        self.call = ch.unary_unary(f"/{SERVICE_NAME}/Infer", None, None)
     @task
     def infer(self):
         t0 = time.perf_counter()
@@ -81,6 +83,8 @@ def ours(target: str, out: str, rate: float, duration: float, workers: int, in_f
             "1e9",
             "--max-in-flight",
             str(in_flight),
+            "--connections",
+            "8",
             "--seed",
             "1",
         ],

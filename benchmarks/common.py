@@ -42,7 +42,13 @@ class LoadResult:
 
 
 async def _closed_loop(
-    target: str, body: bytes, concurrency: int, duration_s: float, warmup_s: float, rate: float
+    target: str,
+    body: bytes,
+    concurrency: int,
+    duration_s: float,
+    warmup_s: float,
+    rate: float,
+    connections: int,
 ) -> dict[str, object]:
     import grpc
 
@@ -50,40 +56,47 @@ async def _closed_loop(
 
     lat: list[float] = []
     errors = 0
-    async with grpc.aio.insecure_channel(target) as ch:
-        call = ch.unary_unary(f"/{SERVICE_NAME}/Infer")
-        t_start = time.perf_counter()
-        t_measure = t_start + warmup_s
-        t_end = t_measure + duration_s
-        interval = concurrency / rate if rate > 0 else 0.0
+    # One TCP connection per channel (a local subchannel pool): server processes sharing a port
+    # through SO_REUSEPORT are chosen per connection, so one connection would load only one.
+    opts = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.aio.insecure_channel(target, opts) for _ in range(connections)]
+    calls = [ch.unary_unary(f"/{SERVICE_NAME}/Infer") for ch in channels]
+    t_start = time.perf_counter()
+    t_measure = t_start + warmup_s
+    t_end = t_measure + duration_s
+    interval = concurrency / rate if rate > 0 else 0.0
 
-        async def user(k: int) -> None:
-            nonlocal errors
-            nxt = time.perf_counter() + (interval * k / concurrency if interval else 0.0)
-            while True:
-                if interval:  # paced: each user sends at fixed intended times (open-loop per user)
-                    delay = nxt - time.perf_counter()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                    sched = nxt
-                    nxt += interval
+    async def user(k: int) -> None:
+        nonlocal errors
+        nxt = time.perf_counter() + (interval * k / concurrency if interval else 0.0)
+        while True:
+            if interval:  # paced: each user sends at fixed intended times (open-loop per user)
+                delay = nxt - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                sched = nxt
+                nxt += interval
+            else:
+                sched = time.perf_counter()
+            if sched >= t_end:
+                return
+            try:
+                await calls[k % connections](
+                    body, metadata=(("x-request-id", f"b{k}-{len(lat)}"),), timeout=30
+                )
+                ok = True
+            except grpc.aio.AioRpcError:
+                ok = False
+            done = time.perf_counter()
+            if sched >= t_measure:
+                if ok:
+                    lat.append((done - sched) * 1e3)
                 else:
-                    sched = time.perf_counter()
-                if sched >= t_end:
-                    return
-                try:
-                    await call(body, metadata=(("x-request-id", f"b{k}-{len(lat)}"),), timeout=30)
-                    ok = True
-                except grpc.aio.AioRpcError:
-                    ok = False
-                done = time.perf_counter()
-                if sched >= t_measure:
-                    if ok:
-                        lat.append((done - sched) * 1e3)
-                    else:
-                        errors += 1
+                    errors += 1
 
-        await asyncio.gather(*(user(k) for k in range(concurrency)))
+    await asyncio.gather(*(user(k) for k in range(concurrency)))
+    for ch in channels:
+        await ch.close()
     return {"lat": lat, "errors": errors, "seconds": duration_s}
 
 
@@ -102,11 +115,14 @@ def client_main() -> None:
     ap.add_argument("--items", type=int, default=1)
     ap.add_argument("--size", type=int, default=0)
     ap.add_argument("--rate", type=float, default=0.0)
+    ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     opts = dict(o.split("=", 1) for o in a.option)
     body = PayloadFactory(a.model, opts).request_bytes(0, a.size, a.items)
-    res = asyncio.run(_closed_loop(a.target, body, a.concurrency, a.duration, a.warmup, a.rate))
+    res = asyncio.run(
+        _closed_loop(a.target, body, a.concurrency, a.duration, a.warmup, a.rate, a.connections)
+    )
     with open(a.out, "w") as fh:
         json.dump(res, fh)
 

@@ -49,6 +49,14 @@ def add_parser(sub: Any) -> None:
     flag(p, "--timeout-s", type=float, default=10.0, help="per-request deadline")
     flag(p, "--max-in-flight", type=int, default=1000, help="per worker; overflow is dropped and counted")
     flag(
+        p,
+        "--connections",
+        type=int,
+        default=1,
+        help="TCP connections per worker per target (several server processes sharing one port, "
+        "or an L4 balancer, spread load per connection)",
+    )
+    flag(
         p, "--max-send-lag-ms", type=float, default=5.0, help="send-lag p99 above this makes the run INVALID"
     )
     flag(p, "--slo-p99-ms", type=float, default=None, help="exit 4 when p99 latency is above this")
@@ -144,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.duration,
         timeout_s=args.timeout_s,
         max_in_flight=args.max_in_flight,
+        connections=args.connections,
         seed=args.seed,
         model=args.model,
         metrics_port=args.metrics_port,

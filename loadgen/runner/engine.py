@@ -112,19 +112,31 @@ class Engine:
             for i, s, k in zip(self.index, self.size, self.items, strict=True)
         ]
 
-    def _channels(self) -> list[grpc.aio.Channel]:
+    def _channels(self) -> list[list[grpc.aio.Channel]]:
+        """``connections`` channels per target. A local subchannel pool gives each its own TCP
+        connection (gRPC otherwise shares one among channels with the same target and options)."""
+        n = max(1, self.plan.connections)
+        opts = CHANNEL_OPTIONS + ([("grpc.use_local_subchannel_pool", 1)] if n > 1 else [])
+        creds = None
         if self.plan.tls_ca:
             with open(self.plan.tls_ca, "rb") as fh:
                 creds = grpc.ssl_channel_credentials(fh.read())
-            return [grpc.aio.secure_channel(t, creds, CHANNEL_OPTIONS) for t in self.plan.targets]
-        return [grpc.aio.insecure_channel(t, CHANNEL_OPTIONS) for t in self.plan.targets]
+        return [
+            [
+                grpc.aio.secure_channel(t, creds, opts) if creds else grpc.aio.insecure_channel(t, opts)
+                for _ in range(n)
+            ]
+            for t in self.plan.targets
+        ]
 
     async def run(self, epoch_unix_ns: int) -> None:
         self.epoch_perf_ns = time.perf_counter_ns() + (epoch_unix_ns - time.time_ns())
         self._cpu_mark = self._run_mark = (time.monotonic(), time.thread_time())
         channels = self._channels()
         # Bytes in, bytes out: requests are pre-serialized and responses only measured.
-        self.calls = [ch.unary_unary(f"/{SERVICE_NAME}/Infer", None, None) for ch in channels]
+        self.calls = [
+            [ch.unary_unary(f"/{SERVICE_NAME}/Infer", None, None) for ch in per] for per in channels
+        ]
         flusher = asyncio.get_running_loop().create_task(self._flush_loop())
         try:
             if self.plan.mode == "closed":
@@ -134,8 +146,9 @@ class Engine:
         finally:
             flusher.cancel()
             self._flush()
-            for ch in channels:
-                await ch.close(None)
+            for per in channels:
+                for ch in per:
+                    await ch.close(None)
             done = {"sent": self.sent, "done": self.done, "dropped": self.dropped}
             frames.write_frame(self.out, frames.DONE, {**done, "cpu_ratio": self._ratio(self._run_mark)})
 
@@ -182,9 +195,10 @@ class Engine:
     async def _fire(self, j: int, scheduled_ns: int, index: int | None = None) -> None:
         idx = int(self.index[j]) if index is None else index
         target = idx % len(self.calls)
+        conns = self.calls[target]
         self.in_flight += 1
         sent = time.perf_counter_ns() - self.epoch_perf_ns
-        call = self.calls[target](
+        call = conns[(idx // len(self.calls)) % len(conns)](
             self.bodies[j],
             metadata=((REQUEST_ID_KEY, f"{self.plan.run_id}-{idx}"),),
             timeout=self.plan.timeout_s,

@@ -44,6 +44,7 @@ class LoadConfig:
     duration_s: float = 10.0
     timeout_s: float = 10.0
     max_in_flight: int = 1000
+    connections: int = 1
     seed: int = 0
     model: str | None = None
     metrics_port: int = -1
@@ -204,6 +205,7 @@ class Master:
                 warmup_ns=self.schedule.warmup_ns,
                 timeout_s=cfg.timeout_s,
                 max_in_flight=cfg.max_in_flight,
+                connections=cfg.connections,
                 index=shard.index.tobytes(),
                 t_ns=shard.t_ns.tobytes(),
                 size=shard.size.tobytes(),

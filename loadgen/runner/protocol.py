@@ -60,6 +60,7 @@ class Plan:
     think_ms: float = 0.0
     duration_ns: int = 0
     tls_ca: str | None = None
+    connections: int = 1  # per target
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_msg(self) -> dict[str, Any]:
