@@ -20,6 +20,7 @@ for s in ${STEPS:-smoke tests span efficiency frontend overhead loadgen}; do
     efficiency) step python3 bench_gpu_efficiency.py --device cuda --batch 64 --models image,text ;;
     efficiency_bf16) step python3 bench_gpu_efficiency.py --device cuda --batch 64 --dtype bfloat16 --models image,text ;;
     overhead) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 1 ;;
+    overhead_null) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 3 --models null ;;
     loadgen) step timeout 280 python3 bench_loadgen.py --servers 8 --workers 1,8 --duration 5 ;;
     graphs) (cd .. && step python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_server_gpu.py -k graphs) ;;
     reference) (cd .. && step bash benchmarks/reference.sh) ;;
