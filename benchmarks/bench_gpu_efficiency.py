@@ -4,18 +4,21 @@ The offline loop runs the handler's whole path serially in one thread (pre-proce
 batch, collate, pin, copy, forward, copy back, post-process) with nothing else around it;
 the server adds gRPC, batching and threads, and overlaps pre-processing with device work.
 Target (issue 2, H200): server >= 85 % of offline, image and text.
-Usage: python benchmarks/bench_gpu_efficiency.py --device cuda [--batch 64] [--dtype bfloat16]
+Usage: python benchmarks/bench_gpu_efficiency.py --device cuda [--batch 64] [--dtype bfloat16] [--servers 1,2]
+(--servers N: N server processes sharing one port and the GPU, as a deployment whose one process
+is frontend-bound would run them)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import time
 
 from common import run_clients, table
 
-from loadgen.orchestrate import ServerProcess
+from loadgen.orchestrate import ServerProcess, free_port
 from server.device import DeviceRunner
 from server.handlers import create_handler
 
@@ -55,6 +58,7 @@ def main() -> None:
     ap.add_argument("--client-procs", type=int, default=4)
     ap.add_argument("--pre-threads", type=int, default=8)
     ap.add_argument("--items", default="1,8", help="items per request to try (1 measures the frontend too)")
+    ap.add_argument("--servers", default="1", help="server process counts to try, comma-separated")
     a = ap.parse_args()
     rows = []
     for model in a.models.split(","):
@@ -78,29 +82,34 @@ def main() -> None:
         for o in OPTIONS[model]:
             args += ["--handler-option", o]
         for items in (int(k) for k in a.items.split(",")):
-            with ServerProcess(args) as server:
-                server.wait_ready()
-                res = run_clients(
-                    server.target,
-                    model,
-                    processes=a.client_procs,
-                    concurrency=max(2, 2 * a.batch // items),
-                    items=items,
-                    duration=a.duration,
-                    options=OPTIONS[model],
+            for n in (int(k) for k in a.servers.split(",")):
+                with contextlib.ExitStack() as stack:
+                    port = free_port()
+                    servers = [stack.enter_context(ServerProcess(args, port=port)) for _ in range(n)]
+                    for sp in servers:
+                        sp.wait_ready()
+                    res = run_clients(
+                        f"127.0.0.1:{port}",
+                        model,
+                        processes=a.client_procs,
+                        concurrency=max(2, 2 * a.batch // items),
+                        items=items,
+                        duration=a.duration,
+                        options=OPTIONS[model],
+                    )
+                rows.append(
+                    [
+                        model,
+                        a.dtype,
+                        a.batch,
+                        items,
+                        n,
+                        round(off),
+                        round(res.items_per_s),
+                        f"{res.items_per_s / off * 100:.1f} %",
+                        res.errors,
+                    ]
                 )
-            rows.append(
-                [
-                    model,
-                    a.dtype,
-                    a.batch,
-                    items,
-                    round(off),
-                    round(res.items_per_s),
-                    f"{res.items_per_s / off * 100:.1f} %",
-                    res.errors,
-                ]
-            )
     print(
         table(
             rows,
@@ -109,6 +118,7 @@ def main() -> None:
                 "dtype",
                 "batch",
                 "items/request",
+                "servers",
                 "offline items/s",
                 "server items/s",
                 "server/offline",

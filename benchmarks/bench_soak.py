@@ -189,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
                 kids = []
             for k, c in enumerate(sorted(kids, key=lambda c: c.pid)):
                 pids[f"worker{k}"] = c.pid
+                try:  # the worker's sender engine, a child process of its own
+                    for e in c.children():
+                        pids[f"engine{k}"] = e.pid
+                except psutil.Error:
+                    pass
             for name, pid in pids.items():
                 rss = rss_mb(pid)
                 if rss is not None:
