@@ -201,6 +201,17 @@ def test_unreachable_target_fails_fast(tmp_path: Path) -> None:
     assert len(lines) == 1 and "not ready" in lines[0] and "Traceback" not in res.stderr
 
 
+def test_payloads_that_cannot_be_made_fail_in_one_line(null_server: Any, tmp_path: Path) -> None:
+    res = netgain(
+        "load", "--target", null_server.target, "--model", "bogus", "--rate", "10", "--duration", "1",
+        "--out", str(tmp_path / "run"), "--quiet",
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert "a worker could not prepare its requests" in last and "unknown model 'bogus'" in last
+
+
 def test_malformed_trace_names_file_line_and_field(tmp_path: Path) -> None:
     trace = tmp_path / "bad.csv"
     trace.write_text("t,size,items\n0.0,100,1\n0.5,abc,1\n")

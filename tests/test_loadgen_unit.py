@@ -159,3 +159,23 @@ def test_sink_writes_incrementally_and_fills_missing(tmp_path) -> None:  # type:
     statuses = dict(zip(t.column("index").to_pylist(), t.column("status").to_pylist(), strict=True))
     assert statuses[4] == "NOT_SENT" and statuses[5] == "OK"
     assert t.schema.names == list(RECORD_COLUMNS)
+
+
+def test_frames_round_trip_and_end_of_stream() -> None:
+    import io
+
+    from loadgen.runner import frames
+
+    records = {"index": [1, 2], "sent_ns": [None, 5], "body": b"\x00\xff"}
+    buf = io.BytesIO()
+    frames.write_frame(buf, frames.RECORDS, records)
+    frames.write_frame(buf, frames.DONE, {"sent": 2})
+    whole = buf.getvalue()
+    inp = io.BytesIO(whole)
+    assert frames.read_frame(inp) == (frames.RECORDS, records)
+    assert frames.read_frame(inp) == (frames.DONE, {"sent": 2})
+    assert frames.read_frame(inp) is None  # clean end
+    assert frames.read_frame(io.BytesIO(whole[:-3])) is not None  # first frame intact
+    cut = io.BytesIO(whole[: len(whole) - 3])
+    frames.read_frame(cut)
+    assert frames.read_frame(cut) is None  # a frame cut short is an end, not garbage

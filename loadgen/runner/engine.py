@@ -288,8 +288,9 @@ def main() -> int:
     try:
         engine = Engine(Plan.from_msg(first[1]), out)
         engine.prepare()
-    except Exception as exc:  # tell the master instead of dying silently
-        log.exception("engine failed to prepare")
+    except Exception as exc:  # tell the master (it prints one line) instead of dying silently
+        if not isinstance(exc, (ValueError, OSError)):  # bad input needs no traceback; a bug does
+            log.exception("engine failed to prepare")
         frames.write_frame(out, frames.READY, {"error": f"{type(exc).__name__}: {exc}"})
         return 1
     frames.write_frame(out, frames.READY, {"requests": len(engine.bodies)})
