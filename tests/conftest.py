@@ -86,6 +86,23 @@ def server_env() -> dict[str, str]:
     return env
 
 
+def netgain_cmd(*args: str) -> list[str]:
+    """``netgain ARGS`` as the tests start it: this interpreter, the source tree on the path."""
+    return [sys.executable, "-m", "loadgen.cli", *args]
+
+
+def run_netgain(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        netgain_cmd(*args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=server_env(),
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
 class ServerHandle:
     """A running ``python -m server`` process and how to reach it."""
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import server_env
+from conftest import run_netgain
 
 from loadgen.experiments import compare
 from loadgen.experiments.compare import CompareConfig, Side, _with_rate, best_batch
@@ -17,15 +16,7 @@ from loadgen.experiments.drill import distribution
 
 
 def netgain(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=server_env(),
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    return run_netgain(*args, timeout=timeout)  # compare runs several loads: a longer bound
 
 
 def _cfg(slo: float) -> CompareConfig:

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,21 +15,10 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 import pytest
-from conftest import server_env
+from conftest import netgain_cmd, server_env
+from conftest import run_netgain as netgain
 
 pytestmark = pytest.mark.slow
-
-
-def netgain(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "loadgen.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=server_env(),
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
 
 
 def rows(run_dir: Path) -> dict[str, np.ndarray]:
@@ -232,10 +220,7 @@ def test_malformed_trace_names_file_line_and_field(tmp_path: Path) -> None:
 
 def test_killed_worker_marks_the_run_partial_and_keeps_every_row(null_server: Any, tmp_path: Path) -> None:
     out = tmp_path / "partial"
-    cmd = [
-        sys.executable,
-        "-m",
-        "loadgen.cli",
+    cmd = netgain_cmd(
         "load",
         "--target",
         null_server.target,
@@ -252,7 +237,7 @@ def test_killed_worker_marks_the_run_partial_and_keeps_every_row(null_server: An
         "--quiet",
         "--max-send-lag-ms",
         "50",
-    ]
+    )
     master = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,

@@ -13,7 +13,6 @@ import math
 import random
 import struct
 import subprocess
-import sys
 import threading
 import time
 import zlib
@@ -23,6 +22,7 @@ from typing import Any
 import numpy as np
 import psutil
 import pyarrow.parquet as pq
+from conftest import netgain_cmd
 from prometheus_client.parser import text_string_to_metric_families
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -145,10 +145,6 @@ class RssSampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(5.0)
-
-
-def netgain_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "loadgen.cli", *args]
 
 
 def write_trace(path: Path, phases: list[tuple[float, float]], seed: int = 0) -> tuple[list[int], str]:
