@@ -16,9 +16,9 @@ import contextlib
 import random
 import time
 
-from common import run_clients, table
+from common import run_clients, shared_port_servers, table
 
-from loadgen.orchestrate import ServerProcess, free_port
+from loadgen.orchestrate import free_port
 from server.device import DeviceRunner
 from server.handlers import create_handler
 
@@ -84,12 +84,8 @@ def main() -> None:
         for items in (int(k) for k in a.items.split(",")):
             for n in (int(k) for k in a.servers.split(",")):
                 with contextlib.ExitStack() as stack:
-                    port = free_port()
-                    servers = [stack.enter_context(ServerProcess(args, port=port)) for _ in range(n)]
-                    for sp in servers:
-                        sp.wait_ready()
                     res = run_clients(
-                        f"127.0.0.1:{port}",
+                        shared_port_servers(stack, n, args, free_port()),
                         model,
                         processes=a.client_procs,
                         concurrency=max(2, 2 * a.batch // items),

@@ -181,24 +181,21 @@ def run_clients(
     return LoadResult(len(lat), errors, duration, np.asarray(lat), items)
 
 
-def null_servers(stack: contextlib.ExitStack, count: int, port: int, max_queue: int = 4096) -> str:
-    """``count`` null-model servers sharing ``port`` (SO_REUSEPORT), ready; returns the target."""
+def shared_port_servers(stack: contextlib.ExitStack, count: int, args: list[str], port: int) -> str:
+    """``count`` ``netgain serve ARGS`` processes sharing ``port`` (SO_REUSEPORT), started together
+    and ready; returns the target."""
     from loadgen.orchestrate import ServerProcess
 
-    args = [
-        "--model",
-        "null",
-        "--max-batch-size",
-        "64",
-        "--max-queue-delay-ms",
-        "0.5",
-        "--max-queue-size",
-        str(max_queue),
-    ]
     servers = [stack.enter_context(ServerProcess(args, port=port)) for _ in range(count)]
     for sp in servers:
         sp.wait_ready()
     return f"127.0.0.1:{port}"
+
+
+def null_servers(stack: contextlib.ExitStack, count: int, port: int, max_queue: int = 4096) -> str:
+    """``count`` null-model servers sharing ``port``, ready; returns the target."""
+    args = ["--model", "null", "--max-batch-size", "64", "--max-queue-delay-ms", "0.5"]
+    return shared_port_servers(stack, count, [*args, "--max-queue-size", str(max_queue)], port)
 
 
 def table(rows: list[list[object]], header: list[str]) -> str:
