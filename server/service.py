@@ -14,7 +14,15 @@ import grpc
 from protos import inference_pb2 as pb
 from server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
 from server.telemetry.recorder import Recorder
-from server.timing import BATCH_KEY, PHASES, REQUEST_ID_KEY, TIMING_KEY, encode_batch, encode_server_timing
+from server.timing import (
+    BATCH_KEY,
+    PHASES,
+    REQUEST_ID_KEY,
+    TIMING_KEY,
+    encode_batch,
+    encode_phases,
+    phase_values,
+)
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}\Z")  # \Z: "$" would accept a trailing newline
 
@@ -89,10 +97,12 @@ class InferenceServicer:
     def _trailers(self, p: Pending, total_ns: int) -> tuple[tuple[str, str], ...]:
         if not self.instrumented:
             return ((REQUEST_ID_KEY, p.request_id),)
-        spans = {phase: p.spans.get(phase, 0) for phase in PHASES}
-        spans["total"] = total_ns
+        try:
+            values = phase_values(p.spans)  # a served request has every phase
+        except KeyError:  # one that failed early has some
+            values = [p.spans.get(phase, 0) for phase in PHASES]
         return (
-            (TIMING_KEY, encode_server_timing(spans)),
+            (TIMING_KEY, encode_phases(values, total_ns)),
             (BATCH_KEY, encode_batch(p.batch_id, p.batch_size)),
             (REQUEST_ID_KEY, p.request_id),
         )

@@ -27,6 +27,7 @@ from server.telemetry.samplers import thread_role
 from server.timing import (
     PHASES,
     encode_batch,
+    encode_phases,
     encode_server_timing,
     parse_batch,
     parse_server_timing,
@@ -200,6 +201,12 @@ class TestServerTiming:
         assert set(parsed) == set(spans)
         for name, ns in spans.items():
             assert parsed[name] == pytest.approx(ns / 1e6, abs=0.0006)
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.lists(st.integers(0, 10**11), min_size=len(PHASES) + 1, max_size=len(PHASES) + 1))
+    def test_fast_encoder_matches_general_one(self, values: list[int]) -> None:
+        spans = dict(zip([*PHASES, "total"], values, strict=True))
+        assert encode_phases(values[:-1], values[-1]) == encode_server_timing(spans)
 
     def test_parse_w3c_variants(self) -> None:
         value = 'cache;desc="hit", db;dur="53.2";desc=x,  app ; dur = 47.2 ,, '

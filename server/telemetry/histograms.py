@@ -45,7 +45,9 @@ class DurationHistograms:
         idx = np.searchsorted(self.bounds, seconds, side="left")  # first bound >= value: le semantics
         per_series = [np.bincount(idx[:, s], minlength=self.counts.shape[1]) for s in range(len(SERIES))]
         now = time.time()
-        last = {int(b): i for i, b in enumerate(idx[:, 0])}  # latest request per bucket of the total
+        # Latest request per bucket of the total: first occurrence in the reversed column.
+        buckets, first = np.unique(idx[::-1, 0], return_index=True)
+        last = dict(zip(buckets.tolist(), (len(idx) - 1 - first).tolist(), strict=True))
         with self._lock:
             for s, counts in enumerate(per_series):
                 self.counts[s] += counts
