@@ -10,7 +10,7 @@ import argparse
 import statistics
 
 import psutil
-from common import run_clients, table
+from common import pinned, run_clients, split_cpus, table
 
 from loadgen.orchestrate import ServerProcess
 
@@ -21,24 +21,32 @@ MODELS = {
 
 
 def measure(
-    model: str, device: str, instrumented: bool, duration: float, procs: int, conc: int
-) -> tuple[float, float]:
+    model: str,
+    device: str,
+    instrumented: bool,
+    duration: float,
+    procs: int,
+    conc: int,
+    cpus: tuple[set[int] | None, set[int] | None],
+) -> tuple[float, float, float]:
     args = ["--model", model, "--device", device, "--pre-threads", "4", *MODELS[model]]
     if not instrumented:
         args.append("--no-instrumentation")
     opts = ["size=64"] if model == "image" else []
-    with ServerProcess(args) as server:
+    with pinned(cpus[0]), ServerProcess(args) as server:
         server.wait_ready()
         proc = psutil.Process(server.pid)
         before = sum(proc.cpu_times()[:2])
-        sat = run_clients(
-            server.target, model, processes=procs, concurrency=conc, duration=duration, options=opts
-        )
+        with pinned(cpus[1]):
+            sat = run_clients(
+                server.target, model, processes=procs, concurrency=conc, duration=duration, options=opts
+            )
         # Server CPU per request: far steadier than throughput when clients share the cores.
         cpu_us = (sum(proc.cpu_times()[:2]) - before) / max(1.0, sat.rps * (duration + 1.0)) * 1e6
-        one = run_clients(
-            server.target, model, processes=1, concurrency=1, duration=duration / 2, options=opts
-        )
+        with pinned(cpus[1]):
+            one = run_clients(
+                server.target, model, processes=1, concurrency=1, duration=duration / 2, options=opts
+            )
     return sat.rps, one.pct(50), cpu_us
 
 
@@ -50,13 +58,25 @@ def main() -> None:
     ap.add_argument("--client-procs", type=int, default=2)
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--models", default="null,image")
+    ap.add_argument(
+        "--server-cores",
+        type=int,
+        default=4,
+        help="pin the server to this many cores and the clients to the rest (0: no pinning; "
+        "skipped when the host has fewer than twice as many)",
+    )
     a = ap.parse_args()
+    cpus = split_cpus(a.server_cores)
+    if cpus[0]:
+        print(f"server on cores {sorted(cpus[0])}, clients on {sorted(cpus[1] or ())}")
     rows = []
     for model in a.models.split(","):
         res: dict[bool, list[tuple[float, float, float]]] = {True: [], False: []}
         for _ in range(a.trials):  # interleaved on/off so drift hits both sides alike
             for instr in (True, False):
-                res[instr].append(measure(model, a.device, instr, a.duration, a.client_procs, a.concurrency))
+                res[instr].append(
+                    measure(model, a.device, instr, a.duration, a.client_procs, a.concurrency, cpus)
+                )
         on_rps = statistics.median(r[0] for r in res[True])
         off_rps = statistics.median(r[0] for r in res[False])
         on_p50 = statistics.median(r[1] for r in res[True])

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -196,6 +197,32 @@ def null_servers(stack: contextlib.ExitStack, count: int, port: int, max_queue: 
     """``count`` null-model servers sharing ``port``, ready; returns the target."""
     args = ["--model", "null", "--max-batch-size", "64", "--max-queue-delay-ms", "0.5"]
     return shared_port_servers(stack, count, [*args, "--max-queue-size", str(max_queue)], port)
+
+
+@contextlib.contextmanager
+def pinned(cpus: set[int] | None) -> Iterator[None]:
+    """Processes started inside inherit ``cpus`` as their CPU affinity (None: no change).
+
+    Benchmarks start the server inside one ``pinned`` block and the clients inside another, so the
+    two never share a core and scheduler placement stops being a source of run-to-run noise."""
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def split_cpus(server_share: int) -> tuple[set[int] | None, set[int] | None]:
+    """(server cores, client cores): the first ``server_share`` usable cores and the rest, or
+    (None, None) when fewer than twice that many are usable."""
+    cores = sorted(os.sched_getaffinity(0))
+    if server_share <= 0 or len(cores) < 2 * server_share:
+        return None, None
+    return set(cores[:server_share]), set(cores[server_share:])
 
 
 def table(rows: list[list[object]], header: list[str]) -> str:
