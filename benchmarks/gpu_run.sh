@@ -17,11 +17,14 @@ for s in ${STEPS:-smoke tests span efficiency frontend overhead loadgen}; do
     smoke) step python3 gpu_smoke.py ;;
     tests) (cd .. && step python3 -m pytest -q -m gpu -p no:cacheprovider tests/) ;;
     span) step python3 bench_span_accuracy.py --device cuda --model image --batch 64 ;;
+    span_graphs) step python3 bench_span_accuracy.py --device cuda --model image --batch 64 --cuda-graphs ;;
     efficiency) step python3 bench_gpu_efficiency.py --device cuda --batch 64 --models image,text ;;
     efficiency_text1) step python3 bench_gpu_efficiency.py --device cuda --batch 64 --models text --items 1 --servers 1,2 ;;
     efficiency_bf16) step python3 bench_gpu_efficiency.py --device cuda --batch 64 --dtype bfloat16 --models image,text ;;
     overhead) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 1 ;;
     overhead_null) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 3 --models null ;;
+    overhead5) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 5 --models null ;;
+    overhead_image) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 3 --models image ;;
     loadgen) step timeout 280 python3 bench_loadgen.py --servers 8 --workers 1,8 --duration 5 ;;
     graphs) (cd .. && step python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_server_gpu.py -k graphs) ;;
     reference) (cd .. && step bash benchmarks/reference.sh) ;;
