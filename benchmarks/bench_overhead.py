@@ -72,11 +72,19 @@ def main() -> None:
     rows = []
     for model in a.models.split(","):
         res: dict[bool, list[tuple[float, float, float]]] = {True: [], False: []}
-        for _ in range(a.trials):  # interleaved on/off so drift hits both sides alike
-            for instr in (True, False):
+        # Paired trials, on/off order alternating, so drift and order hit both sides alike.
+        for trial in range(a.trials):
+            for instr in (True, False) if trial % 2 == 0 else (False, True):
                 res[instr].append(
                     measure(model, a.device, instr, a.duration, a.client_procs, a.concurrency, cpus)
                 )
+            on, off = res[True][-1], res[False][-1]
+            print(
+                f"{model} trial {trial + 1}: req/s off {off[0]:.0f} on {on[0]:.0f} "
+                f"lost {(1 - on[0] / off[0]) * 100:+.2f} %, CPU/req off {off[2]:.0f} on {on[2]:.0f} us",
+                flush=True,
+            )
+        paired = sorted((1 - on[0] / off[0]) * 100 for on, off in zip(res[True], res[False], strict=True))
         on_rps = statistics.median(r[0] for r in res[True])
         off_rps = statistics.median(r[0] for r in res[False])
         on_p50 = statistics.median(r[1] for r in res[True])
@@ -90,6 +98,7 @@ def main() -> None:
                 round(off_rps),
                 round(on_rps),
                 f"{(1 - on_rps / off_rps) * 100:+.2f} %",
+                f"{statistics.median(paired):+.2f} % ({paired[0]:+.1f}..{paired[-1]:+.1f})",
                 f"{off_p50 * 1e3:.0f}",
                 f"{on_p50 * 1e3:.0f}",
                 f"{(on_p50 - off_p50) * 1e3:+.0f}",
@@ -107,6 +116,7 @@ def main() -> None:
                 "req/s off",
                 "req/s on",
                 "throughput lost",
+                "paired: median (range)",
                 "p50 us off",
                 "p50 us on",
                 "added p50 us",

@@ -24,7 +24,8 @@ for s in ${STEPS:-smoke tests span efficiency frontend overhead loadgen}; do
     overhead) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 1 ;;
     overhead_null) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 3 --models null ;;
     overhead5) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 5 --models null ;;
-    overhead_image) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 3 --models image ;;
+    overhead_null7) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 7 --models null ;;
+    overhead_image) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 3 --models image --server-cores 8 ;;
     loadgen) step timeout 280 python3 bench_loadgen.py --servers 8 --workers 1,8 --duration 5 ;;
     loadgen_fid) step timeout 200 python3 bench_loadgen.py --servers 8 --workers 1 --duration 5 --fractions 0.2,0.4,0.6,0.8 ;;
     graphs) (cd .. && step python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_server_gpu.py -k graphs) ;;

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -10,6 +12,7 @@ from loadgen.payloads import PayloadFactory, size_bucket
 from loadgen.runner.engine import parse_trailers
 from loadgen.runner.live import LogHistogram
 from loadgen.runner.protocol import RECORD_COLUMNS, Plan, empty_columns
+from loadgen.runner.scrape import Samples
 from loadgen.runner.sink import RecordSink
 from loadgen.schedule import from_trace
 from loadgen.traces import synthesize
@@ -179,3 +182,23 @@ def test_frames_round_trip_and_end_of_stream() -> None:
     cut = io.BytesIO(whole[: len(whole) - 3])
     frames.read_frame(cut)
     assert frames.read_frame(cut) is None  # a frame cut short is an end, not garbage
+
+
+def test_samples_stream_to_disk_in_row_groups(tmp_path: Any) -> None:
+    path = str(tmp_path / "samples.parquet")
+    samples = Samples(path, flush_rows=3)
+    for i in range(7):
+        samples.add(float(i), "server:a", "netgain_queue_depth_requests", float(i * 10))
+        assert len(samples.rows) < 3  # never more than a row group held in memory
+    samples.close()
+    table = pq.read_table(path)
+    assert table.column("t_s").to_pylist() == [float(i) for i in range(7)]
+    assert table.column("value").to_pylist() == [float(i * 10) for i in range(7)]
+    assert pq.ParquetFile(path).num_row_groups == 3  # 3 + 3 + the last 1
+
+
+def test_samples_without_rows_still_write_a_readable_file(tmp_path: Any) -> None:
+    path = str(tmp_path / "samples.parquet")
+    Samples(path).close()
+    table = pq.read_table(path)
+    assert table.num_rows == 0 and table.column_names == ["t_s", "source", "metric", "labels", "value"]

@@ -74,7 +74,6 @@ class Master:
         self.lost: dict[int, float] = {}  # worker → seconds since epoch when lost
         self.last_seen: dict[int, float] = {}  # worker → monotonic time of its last records
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.samples = Samples()
         self.env: Any = None  # Locust's Environment, once the run starts
         self.epoch_ns = 0
         registry = CollectorRegistry()
@@ -83,6 +82,7 @@ class Master:
         self.live = LiveStats(self.client_metrics, out=open(os.devnull, "w") if cfg.quiet else sys.stderr)  # noqa: SIM115
         os.makedirs(cfg.out, exist_ok=True)
         self.sink = RecordSink(os.path.join(cfg.out, "requests.parquet"), len(schedule))
+        self.samples = Samples(os.path.join(cfg.out, "samples.parquet"))
 
     def log(self, message: str) -> None:
         if not self.cfg.quiet:
@@ -325,7 +325,7 @@ class Master:
         cfg = self.cfg
         fill = self._fill_missing() if cfg.mode == "open" else empty_columns()
         self.sink.close(fill)
-        self.samples.write(os.path.join(cfg.out, "samples.parquet"))
+        self.samples.close()
         self._write_locust_csv()
         counts = {
             "scheduled": len(self.schedule) if cfg.mode == "open" else self.sink.written,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import urllib.request
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,9 +38,27 @@ def parse_samples(text: str, t_s: float, source: str) -> list[tuple[float, str, 
     return rows
 
 
+SCHEMA = pa.schema(
+    [
+        ("t_s", pa.float64()),
+        ("source", pa.string()),
+        ("metric", pa.string()),
+        ("labels", pa.string()),
+        ("value", pa.float64()),
+    ]
+)
+
+
 class Samples:
-    def __init__(self) -> None:
+    """Rows go to ``path`` a row group at a time (every ``flush_rows``), so an hour-long soak
+    does not hold its samples in the master's memory; ``close()`` writes the rest."""
+
+    def __init__(self, path: str, flush_rows: int = 20_000) -> None:
+        self.path = path
+        self.flush_rows = flush_rows
         self.rows: list[tuple[float, str, str, str, float]] = []
+        self.written = 0
+        self._writer: pq.ParquetWriter | None = None
         self._failed: set[str] = set()
 
     def scrape(self, url: str, t_s: float, source: str, timeout_s: float = 2.0) -> None:
@@ -53,22 +70,33 @@ class Samples:
             if url not in self._failed:
                 self._failed.add(url)
                 log.warning("cannot scrape %s (%s); samples will have gaps", url, exc)
+        self._maybe_flush()
 
     def add(self, t_s: float, source: str, metric: str, value: float, labels: str = "") -> None:
         self.rows.append((t_s, source, metric, labels, value))
+        self._maybe_flush()
 
-    def write(self, path: str) -> None:
-        cols: dict[str, Any] = {"t_s": [], "source": [], "metric": [], "labels": [], "value": []}
-        for row in self.rows:
-            for key, v in zip(cols, row, strict=True):
-                cols[key].append(v)
-        schema = pa.schema(
-            [
-                ("t_s", pa.float64()),
-                ("source", pa.string()),
-                ("metric", pa.string()),
-                ("labels", pa.string()),
-                ("value", pa.float64()),
-            ]
-        )
-        pq.write_table(pa.table(cols, schema=schema), path)
+    def _maybe_flush(self) -> None:
+        if len(self.rows) >= self.flush_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, SCHEMA, compression="zstd")
+        if self.rows:
+            columns = list(zip(*self.rows, strict=True))
+            self._writer.write_table(
+                pa.table(
+                    {f.name: pa.array(col, type=f.type) for f, col in zip(SCHEMA, columns, strict=True)},
+                    schema=SCHEMA,
+                )
+            )
+            self.written += len(self.rows)
+            self.rows = []
+            pa.default_memory_pool().release_unused()  # as RecordSink.flush does
+
+    def close(self) -> None:
+        """Write what is left (an empty file with the schema when nothing was sampled)."""
+        self.flush()
+        assert self._writer is not None
+        self._writer.close()

@@ -76,6 +76,9 @@ class RecordSink:
         self.written += self._rows
         self._buf = {c: [] for c in RECORD_COLUMNS}
         self._rows = 0
+        # Hand the arrays' freed pages back: Arrow's allocator otherwise keeps what each row group
+        # grew it to, which read as slow growth in hour-long soaks.
+        pa.default_memory_pool().release_unused()
 
     def missing(self) -> np.ndarray:
         return np.flatnonzero(~self.seen)
