@@ -165,7 +165,8 @@ class Engine:
                 self.dropped += 1
                 self._record(j, None, None, "DROPPED", 0, {})
                 continue
-            task = loop.create_task(self._fire(j, int(self.t_ns[j])))
+            # The call starts here, not in the task: a task's first step waits one more loop pass.
+            task = loop.create_task(self._complete(j, int(self.t_ns[j]), *self._start(j)))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         if tasks:
@@ -193,7 +194,8 @@ class Engine:
         )
 
     # -- one request ------------------------------------------------------------------------
-    async def _fire(self, j: int, scheduled_ns: int, index: int | None = None) -> None:
+    def _start(self, j: int, index: int | None = None) -> tuple[Any, int, int, int]:
+        """Hand request ``j`` to gRPC now; returns (call, sent ns, request index, target)."""
         idx = int(self.index[j]) if index is None else index
         target = idx % len(self.calls)
         conns = self.calls[target]
@@ -204,6 +206,9 @@ class Engine:
             metadata=((REQUEST_ID_KEY, f"{self.plan.run_id}-{idx}"),),
             timeout=self.plan.timeout_s,
         )
+        return call, sent, idx, target
+
+    async def _complete(self, j: int, scheduled_ns: int, call: Any, sent: int, idx: int, target: int) -> None:
         try:
             raw = await call
             md: Any = await call.trailing_metadata()
@@ -215,6 +220,9 @@ class Engine:
         self.sent += 1
         self.done += 1
         self._record(j, sent, done, status, resp_bytes, parse_trailers(md), scheduled_ns, idx, target)
+
+    async def _fire(self, j: int, scheduled_ns: int, index: int | None = None) -> None:
+        await self._complete(j, scheduled_ns, *self._start(j, index))
 
     def _record(
         self,
