@@ -42,6 +42,20 @@ class Graph:
     graph: Any
     static_in: Any
     static_out: Any
+    # Timing events recorded as the graph's first and last nodes: they fire when the graph starts
+    # and ends on the GPU, so the kernel span excludes the wait for the launch (None if unsupported).
+    start: Any = None
+    end: Any = None
+
+    def kernel_ms(self) -> float | None:
+        """GPU time of the last replay, read after the caller's synchronisation."""
+        if self.start is None:
+            return None
+        try:
+            return float(self.start.elapsed_time(self.end))
+        except RuntimeError:  # events not usable here: fall back to the caller's for good
+            self.start = self.end = None
+            return None
 
 
 class GraphCache:
@@ -89,8 +103,28 @@ class GraphCache:
             for _ in range(2):  # warm-up: lazy initialisation must not happen inside the capture
                 self.handler.forward(self.model, static_in)
         current.wait_stream(side)
+        try:
+            return self._capture_graph(static_in, side, timed=True)
+        except (RuntimeError, TypeError):  # a torch or driver without event nodes in graphs
+            torch.cuda.synchronize(self.device)
+            return self._capture_graph(static_in, side, timed=False)
+
+    def _capture_graph(self, static_in: Any, side: Any, timed: bool) -> Graph:
+        import torch
+
+        events = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(2)] if timed else []
         graph = torch.cuda.CUDAGraph()
         with torch.inference_mode(), torch.cuda.graph(graph, stream=side), self._autocast():
+            if events:
+                events[0].record()
             static_out = self.handler.forward(self.model, static_in)
+            if events:
+                events[1].record()
         torch.cuda.synchronize(self.device)
-        return Graph(graph, static_in, static_out)
+        entry = Graph(graph, static_in, static_out, *events)
+        if timed:  # prove the events time a replay before trusting them
+            graph.replay()
+            torch.cuda.synchronize(self.device)
+            if entry.kernel_ms() is None:
+                raise RuntimeError("graph timing events unusable")
+        return entry

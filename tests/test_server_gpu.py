@@ -181,6 +181,9 @@ def test_cuda_graphs_match_eager(model: str) -> None:
         assert torch.allclose(a.output, b.output, atol=1e-4, rtol=1e-4)
         assert b.kernel_ns > 0 and b.h2d_ns > 0
     assert sorted(k[0] for k in graphs.graphs.graphs) == [1, 4, 8]
+    # Each graph times itself (event nodes first and last), so its kernel span excludes launch waits.
+    entries = list(graphs.graphs.graphs.values())
+    assert all(g.start is not None and (g.kernel_ms() or 0) > 0 for g in entries)
 
 
 def test_cuda_graphs_server(start_server: ServerLauncher) -> None:
