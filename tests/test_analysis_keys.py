@@ -4,9 +4,8 @@ One comparison (treatment with a span log and a rate sweep, baseline with its ow
 built from synthetic run directories. The expected report is written out independently: hand
 constants where the fixture fixes the answer (sample series, counts, the autoscaling replay,
 prices), numpy on the raw Parquet rows elsewhere (analysis_reference.py: percentiles, means, tail
-attribution). The
-walk at the end fails on any number in report.json that has no expected value, so a new key
-cannot go unchecked. Bootstrap intervals are random: here they must bracket their estimate;
+attribution). The walk at the end fails on any number in report.json that has no expected value,
+so a new key cannot go unchecked. Bootstrap intervals are random: here they must bracket their estimate;
 ``test_confidence_intervals_degenerate`` pins them exactly where the answer is known.
 """
 
