@@ -63,7 +63,7 @@ def _phase(x: np.ndarray) -> dict[str, float]:
     }
 
 
-def _binomial_bound(n: int, q: float) -> int | None:
+def binomial_bound(n: int, q: float) -> int | None:
     """Smallest k with P(S >= k) <= 0.05 for S ~ Binomial(n, q), by summing pmf terms from the top."""
     sf, best = 0.0, None
     for k in range(n, 0, -1):
@@ -91,7 +91,7 @@ def _enough(lat_sorted: np.ndarray, q: float, min_samples: int) -> dict[str, Any
         "upper_bound_ms": None,
         "min_samples": min_samples,
     }
-    k = _binomial_bound(n, q)
+    k = binomial_bound(n, q)
     if k is not None:
         out.update(enough=True, upper_bound_ms=float(lat_sorted[k - 1]), upper_bound_rank=k)
     return out
@@ -285,32 +285,28 @@ def sweep_point(run: Path, rate: float, batch: float, device: str) -> dict[str, 
 # -- flattening and comparison -----------------------------------------------------------------
 
 
-def numbers(o: Any, path: str = "") -> dict[str, float]:
-    """Every number (not bool) in a JSON value, by path: ``.a.b[2]``."""
-    out: dict[str, float] = {}
+def _leaves(o: Any, path: str, numeric: bool) -> dict[str, Any]:
+    """Leaves of a JSON value by path (``.a.b[2]``): numbers (not bools), or everything else."""
+    out: dict[str, Any] = {}
     if isinstance(o, dict):
         for k, v in o.items():
-            out.update(numbers(v, f"{path}.{k}"))
+            out.update(_leaves(v, f"{path}.{k}", numeric))
     elif isinstance(o, list):
         for i, v in enumerate(o):
-            out.update(numbers(v, f"{path}[{i}]"))
-    elif isinstance(o, int | float) and not isinstance(o, bool):
+            out.update(_leaves(v, f"{path}[{i}]", numeric))
+    elif (isinstance(o, int | float) and not isinstance(o, bool)) == numeric:
         out[path] = o
     return out
+
+
+def numbers(o: Any, path: str = "") -> dict[str, float]:
+    """Every number (not bool) in a JSON value, by path."""
+    return _leaves(o, path, True)
 
 
 def others(o: Any, path: str = "") -> dict[str, Any]:
     """Every non-number leaf (strings, bools, None) by path."""
-    out: dict[str, Any] = {}
-    if isinstance(o, dict):
-        for k, v in o.items():
-            out.update(others(v, f"{path}.{k}"))
-    elif isinstance(o, list):
-        for i, v in enumerate(o):
-            out.update(others(v, f"{path}[{i}]"))
-    elif not isinstance(o, int | float) or isinstance(o, bool):
-        out[path] = o
-    return out
+    return _leaves(o, path, False)
 
 
 def check_numbers(got: dict[str, Any], want: dict[str, Any], prefix: str, skip: tuple[str, ...]) -> set[str]:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
+from analysis_reference import binomial_bound
 
 from loadgen.analysis import stats
 
@@ -29,30 +28,12 @@ def test_phase_stats_ignore_nan() -> None:
     assert s == {"mean": 2.5, "p50": 2.0, "p90": 4.0, "p99": 4.0, "max": 4.0, "n": 4}
 
 
-def _smallest_k(n: int, p: float) -> int | None:
-    """Smallest k with P(S >= k) <= 0.05, S ~ Binomial(n, p), summing pmf terms from the top (lgamma)."""
-    sf = 0.0
-    best = None
-    for k in range(n, 0, -1):
-        sf += math.exp(
-            math.lgamma(n + 1)
-            - math.lgamma(k + 1)
-            - math.lgamma(n - k + 1)
-            + k * math.log(p)
-            + (n - k) * math.log1p(-p)
-        )
-        if sf > 0.05:
-            break
-        best = k
-    return best
-
-
 @pytest.mark.parametrize(("n", "q"), [(298, 0.99), (299, 0.99), (500, 0.99), (1000, 0.9), (2995, 0.999)])
 def test_enough_samples_matches_brute_force_binomial(n: int, q: float) -> None:
     x = np.arange(1, n + 1, dtype=float)  # sorted[k-1] == k
     e = stats.enough_samples(x, q)
     # brute force: smallest k with P(S >= k) <= 0.05
-    k = _smallest_k(n, q)
+    k = binomial_bound(n, q)
     assert e["enough"] == (k is not None)
     assert e["upper_bound_ms"] == (float(k) if k else None)
     assert e["samples_above"] == n - (stats.rank(n, q) + 1)
