@@ -138,12 +138,16 @@ class Pipeline:
         try:
             fn(batch)
         except Exception as exc:  # a bug in a stage must not strand requests
-            log.exception("pipeline stage failed for batch %d", batch.batch_id)
-            for p in batch.requests:
-                if p.code == "OK":
-                    p.fail("INTERNAL", f"server error: {type(exc).__name__}: {exc}")
             self._slots.release()
-            self._finish(batch.requests, batch.batch_id, len(batch.requests), self.clock())
+            self._fail_stage(batch, exc, len(batch.requests))
+
+    def _fail_stage(self, batch: Batch, exc: Exception, size: int) -> None:
+        """Called inside an ``except``: log, fail the batch's requests still OK, hand them back."""
+        log.exception("pipeline stage failed for batch %d", batch.batch_id)
+        for p in batch.requests:
+            if p.code == "OK":
+                p.fail("INTERNAL", f"server error: {type(exc).__name__}: {exc}")
+        self._finish(batch.requests, batch.batch_id, size, self.clock())
 
     def _pre(self, batch: Batch) -> None:
         t0 = self.clock()
@@ -226,11 +230,7 @@ class Pipeline:
         try:
             self._post(batch, result)
         except Exception as exc:
-            log.exception("post stage failed for batch %d", batch.batch_id)
-            for p in batch.requests:
-                if p.code == "OK":
-                    p.fail("INTERNAL", f"server error: {type(exc).__name__}: {exc}")
-            self._finish(batch.requests, batch.batch_id, len(batch.rows), self.clock())
+            self._fail_stage(batch, exc, len(batch.rows))
 
     def _post(self, batch: Batch, result: Any) -> None:
         t0 = self.clock()
