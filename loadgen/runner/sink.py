@@ -34,17 +34,20 @@ assert tuple(SCHEMA.names) == RECORD_COLUMNS
 
 
 class RecordSink:
-    """Buffers columnar record batches and writes a row group every ``flush_rows`` rows.
+    """Turns each message of records into an Arrow record batch at once and writes a row group
+    every ``flush_rows`` rows.
 
-    Memory stays bounded by ``flush_rows`` plus one flag byte per scheduled request
-    (to know which requests have a row), so hour-long soaks do not grow the master.
+    Memory stays bounded by ``flush_rows`` rows (in Arrow buffers, not Python objects) plus one
+    flag byte per scheduled request (to know which requests have a row), so hour-long soaks do
+    not grow the master. Holding a row group as Python lists (a million objects at 50,000 rows)
+    fragmented the master's heap: its RSS crept up ~20 MB/h in hour-long soaks.
     """
 
     def __init__(self, path: str, scheduled: int, flush_rows: int = 50_000) -> None:
         self.path = path
         self.flush_rows = flush_rows
         self._writer = pq.ParquetWriter(path, SCHEMA, compression="zstd")
-        self._buf: dict[str, list[Any]] = {c: [] for c in RECORD_COLUMNS}
+        self._batches: list[pa.RecordBatch] = []
         self._rows = 0
         self.seen = np.zeros(scheduled, dtype=bool)
         self.extra_rows = 0  # closed-loop requests beyond the schedule
@@ -60,24 +63,29 @@ class RecordSink:
                 self.seen[i] = True
             else:
                 self.extra_rows += 1
-        for c in RECORD_COLUMNS:
-            self._buf[c].extend(cols[c])
-        self._rows += len(idx)
+        self._append(cols)
         if self._rows >= self.flush_rows:
             self.flush()
+
+    def _append(self, cols: dict[str, list[Any]]) -> None:
+        if not cols["index"]:
+            return
+        self._batches.append(
+            pa.RecordBatch.from_arrays(
+                [pa.array(cols[c], type=SCHEMA.field(c).type) for c in RECORD_COLUMNS], schema=SCHEMA
+            )
+        )
+        self._rows += len(cols["index"])
 
     def flush(self) -> None:
         if not self._rows:
             return
-        table = pa.table(
-            {c: pa.array(self._buf[c], type=SCHEMA.field(c).type) for c in RECORD_COLUMNS}, schema=SCHEMA
-        )
-        self._writer.write_table(table)
+        self._writer.write_table(pa.Table.from_batches(self._batches, schema=SCHEMA))
         self.written += self._rows
-        self._buf = {c: [] for c in RECORD_COLUMNS}
+        self._batches = []
         self._rows = 0
         # Hand the arrays' freed pages back: Arrow's allocator otherwise keeps what each row group
-        # grew it to, which read as slow growth in hour-long soaks.
+        # grew it to.
         pa.default_memory_pool().release_unused()
 
     def missing(self) -> np.ndarray:
@@ -85,9 +93,7 @@ class RecordSink:
 
     def close(self, fill: dict[str, list[Any]] | None = None) -> None:
         """Write the rows for requests that never reported (``fill``), then close the file."""
-        if fill and fill["index"]:
-            for c in RECORD_COLUMNS:
-                self._buf[c].extend(fill[c])
-            self._rows += len(fill["index"])
+        if fill:
+            self._append(fill)
         self.flush()
         self._writer.close()
