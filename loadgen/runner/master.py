@@ -20,7 +20,17 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from loadgen.runner.live import ClientMetrics, LiveStats
 from loadgen.runner.probe import probe_target
-from loadgen.runner.protocol import DONE, GO, PLAN, READY, RECORD_COLUMNS, RECORDS, Plan, empty_columns
+from loadgen.runner.protocol import (
+    DONE,
+    GO,
+    HELLO,
+    PLAN,
+    READY,
+    RECORD_COLUMNS,
+    RECORDS,
+    Plan,
+    empty_columns,
+)
 from loadgen.runner.scrape import Samples
 from loadgen.runner.sink import RecordSink
 from loadgen.schedule import Schedule
@@ -72,6 +82,7 @@ class Master:
         self.ready: dict[int, dict[str, Any]] = {}
         self.done: dict[int, dict[str, Any]] = {}
         self.lost: dict[int, float] = {}  # worker → seconds since epoch when lost
+        self.hello: set[str] = set()  # Locust client ids of workers ready for a plan
         self.last_seen: dict[int, float] = {}  # worker → monotonic time of its last records
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env: Any = None  # Locust's Environment, once the run starts
@@ -106,6 +117,9 @@ class Master:
             self.live.worker_cpu[worker] = float(cpu)
             self.samples.add(self._now_s(), f"worker:{worker}", "netgain_client_worker_cpu_ratio", float(cpu))
 
+    def on_hello(self, environment: Any, msg: Any, **_: Any) -> None:
+        self.hello.add(msg.node_id)
+
     def on_done(self, environment: Any, msg: Any, **_: Any) -> None:
         self.done[int(msg.data["worker"])] = msg.data
 
@@ -123,7 +137,13 @@ class Master:
         env = Environment(user_classes=[], events=None)
         self.env = env
         runner = env.create_master_runner(cfg.master_bind_host, cfg.master_bind_port)
-        for name, fn in ((READY, self.on_ready), (RECORDS, self.on_records), (DONE, self.on_done)):
+        handlers = (
+            (HELLO, self.on_hello),
+            (READY, self.on_ready),
+            (RECORDS, self.on_records),
+            (DONE, self.on_done),
+        )
+        for name, fn in handlers:
             runner.register_message(name, fn)
         if cfg.web_ui:
             env.create_web_ui(cfg.master_bind_host, cfg.web_port)
@@ -166,11 +186,13 @@ class Master:
     def _await_workers(self, runner: Any) -> None:
         deadline = time.monotonic() + 60.0
         respawns = 0
-        while len(runner.clients) < self.workers_total:
+
+        def greeted() -> list[str]:
+            return sorted(cid for cid in runner.clients if cid in self.hello)
+
+        while len(greeted()) < self.workers_total:
             if time.monotonic() > deadline:
-                raise CliError(
-                    f"only {len(runner.clients)} of {self.workers_total} workers connected within 60 s"
-                )
+                raise CliError(f"only {len(greeted())} of {self.workers_total} workers connected within 60 s")
             for k, p in enumerate(self.procs):
                 if p.poll() is None:
                     continue
@@ -182,7 +204,7 @@ class Master:
                 self.log(f"a local worker exited during start-up (status {p.returncode}); starting another")
                 self.procs[k] = self._spawn_worker()
             gevent.sleep(0.1)
-        for i, cid in enumerate(sorted(runner.clients.keys())):
+        for i, cid in enumerate(greeted()[: self.workers_total]):
             self.index_of[cid] = i
 
     def _deal(self, runner: Any, model: str, info: Any) -> None:

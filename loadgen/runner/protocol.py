@@ -9,6 +9,7 @@ import numpy as np
 
 from server.timing import PHASES
 
+HELLO = "netgain_hello"  # worker → master: its handlers are registered, a plan will not be lost
 PLAN = "netgain_plan"  # master → worker: the worker's shard and settings
 READY = "netgain_ready"  # worker → master: payloads built, waiting for the epoch
 GO = "netgain_go"  # master → workers: the common epoch (unix ns)

@@ -17,7 +17,7 @@ import gevent
 from gevent import subprocess
 
 from loadgen.runner import frames
-from loadgen.runner.protocol import DONE, GO, PLAN, READY, RECORDS
+from loadgen.runner.protocol import DONE, GO, HELLO, PLAN, READY, RECORDS
 
 log = logging.getLogger("netgain.loadgen")
 
@@ -117,6 +117,10 @@ def run_worker(master_host: str, master_port: int) -> int:
 
     runner.register_message(PLAN, on_plan)
     runner.register_message(GO, on_go)
+    # Connecting can yield to Locust's receiving greenlet, so a plan sent as soon as we connect
+    # could arrive before the handlers exist ("Unknown message type") and be lost: the master
+    # deals plans only to workers that said hello.
+    send(HELLO, {"pid": os.getpid()})
     try:
         runner.greenlet.join()
     finally:
