@@ -16,7 +16,6 @@ from server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
 from server.telemetry.recorder import Recorder
 from server.timing import (
     BATCH_KEY,
-    PHASES,
     REQUEST_ID_KEY,
     TIMING_KEY,
     encode_batch,
@@ -97,12 +96,8 @@ class InferenceServicer:
     def _trailers(self, p: Pending, total_ns: int) -> tuple[tuple[str, str], ...]:
         if not self.instrumented:
             return ((REQUEST_ID_KEY, p.request_id),)
-        try:
-            values = phase_values(p.spans)  # a served request has every phase
-        except KeyError:  # one that failed early has some
-            values = [p.spans.get(phase, 0) for phase in PHASES]
         return (
-            (TIMING_KEY, encode_phases(values, total_ns)),
+            (TIMING_KEY, encode_phases(phase_values(p.spans), total_ns)),
             (BATCH_KEY, encode_batch(p.batch_id, p.batch_size)),
             (REQUEST_ID_KEY, p.request_id),
         )

@@ -134,10 +134,7 @@ class Recorder:
             for p, total_ns in done:
                 if p.code == "OK":
                     flat.append(total_ns)
-                    try:
-                        flat.extend(phase_values(p.spans))
-                    except KeyError:
-                        flat.extend(p.spans.get(ph, 0) for ph in PHASES)
+                    flat.extend(phase_values(p.spans))
                     ids.append(p.request_id)
             if ids:
                 values = np.array(flat, dtype=np.float64).reshape(len(ids), len(PHASES) + 1) / 1e9
