@@ -287,9 +287,9 @@ class ProfileCapture:
             from torch._C._profiler import _ExperimentalConfig
 
             cfg = _ExperimentalConfig(profile_all_threads=True)
-            self._prof = torch.profiler.profile(activities=acts, record_shapes=True, experimental_config=cfg)
+            self._prof = torch.profiler.profile(activities=acts, record_shapes=False, experimental_config=cfg)
         except (ImportError, TypeError):
-            self._prof = torch.profiler.profile(activities=acts, record_shapes=True)
+            self._prof = torch.profiler.profile(activities=acts, record_shapes=False)
         self._prof.__enter__()
         self.started.set()
 
