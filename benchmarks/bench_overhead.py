@@ -1,13 +1,20 @@
 """Instrumentation overhead: spans and metrics on vs off, side by side, null and image models.
 
 Targets (issue 2): <= 2 % throughput lost at saturation, <= 20 us added p50.
-Usage: python benchmarks/bench_overhead.py [--device cpu|cuda] [--duration 5] [--trials 2]
+Usage: python benchmarks/bench_overhead.py [--device cpu|cuda] [--duration 5] [--trials 2] [--side-by-side]
+
+Sequential trials (the default) compare runs seconds apart; on a shared host that drift was as
+large as the effect (+-10 % between trials of the same setting). ``--side-by-side`` runs both
+servers at once on disjoint cores, swapping the cores every trial.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import statistics
+from concurrent.futures import ThreadPoolExecutor
 
 import psutil
 from common import pinned, run_clients, split_cpus, table
@@ -50,6 +57,63 @@ def measure(
     return sat.rps, one.pct(50), cpu_us
 
 
+def side_by_side_cpus(server_share: int) -> list[tuple[set[int], set[int]]] | None:
+    """Two disjoint (server cores, client cores) sets, or None when the host has too few cores."""
+    cores = sorted(os.sched_getaffinity(0))
+    if server_share <= 0 or len(cores) < 4 * server_share:
+        return None
+    half = (len(cores) - 2 * server_share) // 2
+    clients = cores[2 * server_share :]
+    return [
+        (set(cores[:server_share]), set(clients[:half])),
+        (set(cores[server_share : 2 * server_share]), set(clients[half : 2 * half])),
+    ]
+
+
+def measure_side_by_side(
+    model: str,
+    device: str,
+    duration: float,
+    procs: int,
+    conc: int,
+    sets: list[tuple[set[int], set[int]]],
+) -> dict[bool, tuple[float, float, float]]:
+    """On and off at the same time, each server and its clients on their own cores (``sets[0]``
+    for instrumentation on): whatever else the host does in that window hits both alike."""
+    opts = ["size=64"] if model == "image" else []
+    with contextlib.ExitStack() as stack:
+        servers = {}
+        for instr, (server_cpus, _) in zip((True, False), sets, strict=True):
+            args = ["--model", model, "--device", device, "--pre-threads", "4", *MODELS[model]]
+            if not instr:
+                args.append("--no-instrumentation")
+            with pinned(server_cpus):
+                servers[instr] = stack.enter_context(ServerProcess(args))
+        for sp in servers.values():
+            sp.wait_ready()
+
+        def load(instr: bool, client_cpus: set[int]) -> tuple[float, float, float]:
+            sp = servers[instr]
+            proc = psutil.Process(sp.pid)
+            before = sum(proc.cpu_times()[:2])
+            # pinned() sets this thread's mask, which the client processes it starts inherit.
+            with pinned(client_cpus):
+                sat = run_clients(
+                    sp.target, model, processes=procs, concurrency=conc, duration=duration, options=opts
+                )
+                cpu_us = (sum(proc.cpu_times()[:2]) - before) / max(1.0, sat.rps * (duration + 1.0)) * 1e6
+                one = run_clients(
+                    sp.target, model, processes=1, concurrency=1, duration=duration / 2, options=opts
+                )
+            return sat.rps, one.pct(50), cpu_us
+
+        with ThreadPoolExecutor(2) as ex:
+            futures = {
+                instr: ex.submit(load, instr, cc) for instr, (_, cc) in zip((True, False), sets, strict=True)
+            }
+            return {instr: f.result() for instr, f in futures.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -65,19 +129,36 @@ def main() -> None:
         help="pin the server to this many cores and the clients to the rest (0: no pinning; "
         "skipped when the host has fewer than twice as many)",
     )
+    ap.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="run on and off at the same time on disjoint cores (needs 4x --server-cores cores); "
+        "the two core sets swap every trial",
+    )
     a = ap.parse_args()
     cpus = split_cpus(a.server_cores)
-    if cpus[0]:
+    pairs = side_by_side_cpus(a.server_cores) if a.side_by_side else None
+    if a.side_by_side and pairs is None:
+        raise SystemExit(f"--side-by-side needs {4 * a.server_cores} cores; this host has {os.cpu_count()}")
+    if pairs:
+        print(f"side by side: cores {[(sorted(s), sorted(c)) for s, c in pairs]}")
+    elif cpus[0]:
         print(f"server on cores {sorted(cpus[0])}, clients on {sorted(cpus[1] or ())}")
     rows = []
     for model in a.models.split(","):
         res: dict[bool, list[tuple[float, float, float]]] = {True: [], False: []}
         # Paired trials, on/off order alternating, so drift and order hit both sides alike.
         for trial in range(a.trials):
-            for instr in (True, False) if trial % 2 == 0 else (False, True):
-                res[instr].append(
-                    measure(model, a.device, instr, a.duration, a.client_procs, a.concurrency, cpus)
-                )
+            if pairs:
+                sets = pairs if trial % 2 == 0 else pairs[::-1]
+                both = measure_side_by_side(model, a.device, a.duration, a.client_procs, a.concurrency, sets)
+                for instr in (True, False):
+                    res[instr].append(both[instr])
+            else:
+                for instr in (True, False) if trial % 2 == 0 else (False, True):
+                    res[instr].append(
+                        measure(model, a.device, instr, a.duration, a.client_procs, a.concurrency, cpus)
+                    )
             on, off = res[True][-1], res[False][-1]
             print(
                 f"{model} trial {trial + 1}: req/s off {off[0]:.0f} on {on[0]:.0f} "

@@ -25,6 +25,7 @@ for s in ${STEPS:-smoke tests span efficiency frontend overhead loadgen}; do
     overhead_null) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 3 --models null ;;
     overhead5) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 5 --models null ;;
     overhead_null7) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 7 --models null ;;
+    overhead_sbs) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 4 --models null,image --side-by-side ;;
     overhead_image) step python3 bench_overhead.py --device cuda --client-procs 4 --trials 3 --models image --server-cores 8 ;;
     loadgen) step timeout 280 python3 bench_loadgen.py --servers 8 --workers 1,8 --duration 5 ;;
     loadgen_fid) step timeout 200 python3 bench_loadgen.py --servers 8 --workers 1 --duration 5 --fractions 0.2,0.4,0.6,0.8 ;;
