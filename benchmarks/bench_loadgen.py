@@ -166,6 +166,17 @@ def stock_locust(target: str, users: int, duration: float) -> dict:
     }
 
 
+def fidelity_row(label: str, rate: float, fid: dict) -> list[object]:
+    return [
+        label,
+        f"target {rate:.0f}/s",
+        round(fid["achieved_rps"]),
+        f"{(fid['achieved_rps'] / rate - 1) * 100:+.2f} %",
+        f"lag p50/p99 {fid['lag_p50_ms']:.3f}/{fid['lag_p99_ms']:.3f} ms",
+        f"KS {fid['ks']:.4f}",
+    ]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--servers", type=int, default=4)
@@ -178,8 +189,14 @@ def main() -> None:
         help="fidelity runs at these fractions of one worker's measured capacity (comma list); "
         "accuracy is read from the last",
     )
+    ap.add_argument(
+        "--rates",
+        default="",
+        help="also run fidelity at these fixed rates in req/s (comma list), after the fractions",
+    )
     a = ap.parse_args()
     fractions = [float(x) for x in a.fractions.split(",")]
+    rates = [float(x) for x in a.rates.split(",") if x]
     port = free_port()
     tmp = tempfile.mkdtemp()
     rows, results = [], {}
@@ -224,18 +241,13 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         target = null_servers(stack, a.servers, free_port(), max_queue=100000)
         # Fidelity at each fraction of one worker's capacity; the last fraction also serves accuracy.
+        fid: dict = {}
         for frac in fractions:
             fid = ours(target, os.path.join(tmp, f"fid{frac:g}"), frac * one, a.duration, 1)
-            rows.append(
-                [
-                    f"fidelity @{frac * 100:.0f}% of one worker",
-                    f"target {frac * one:.0f}/s",
-                    round(fid["achieved_rps"]),
-                    f"{(fid['achieved_rps'] / (frac * one) - 1) * 100:+.2f} %",
-                    f"lag p50/p99 {fid['lag_p50_ms']:.3f}/{fid['lag_p99_ms']:.3f} ms",
-                    f"KS {fid['ks']:.4f}",
-                ]
-            )
+            rows.append(fidelity_row(f"fidelity @{frac * 100:.0f}% of one worker", frac * one, fid))
+        for rate in rates:
+            r = ours(target, os.path.join(tmp, f"rate{rate:g}"), rate, a.duration, 1)
+            rows.append(fidelity_row(f"fidelity @{rate / one * 100:.0f}% (fixed rate)", rate, r))
         # Accuracy: percentiles of our service time and stock Locust's against the server's own totals.
         srv = fid["server_ms"]
         for q in (50, 99):

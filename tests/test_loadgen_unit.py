@@ -202,3 +202,111 @@ def test_samples_without_rows_still_write_a_readable_file(tmp_path: Any) -> None
     Samples(path).close()
     table = pq.read_table(path)
     assert table.num_rows == 0 and table.column_names == ["t_s", "source", "metric", "labels", "value"]
+
+
+def test_precise_selector_waits_out_its_timeout_and_wakes_on_input() -> None:
+    import socket
+    import threading
+    import time
+
+    from loadgen.runner.engine import PreciseSelector
+
+    a, b = socket.socketpair()
+    sel = PreciseSelector()
+    try:
+        sel.register(a, 1)  # EVENT_READ
+        # Nothing to read: it returns empty only once the whole timeout has passed (never early,
+        # which would make asyncio spin a pass for nothing), and the last stretch counts as spun.
+        for timeout in (0.0001, 0.0008):
+            t0 = time.perf_counter()
+            assert sel.select(timeout) == []
+            assert time.perf_counter() - t0 >= timeout
+        assert sel.spun_s > 0
+        # Input arriving in the nap-and-poll stretch ends the wait with that key.
+        timer = threading.Timer(0.0003, b.send, args=(b"x",))
+        timer.start()
+        ready = sel.select(0.001)
+        timer.join()
+        if not ready:  # the writer thread did not run within the window (a loaded machine)
+            ready = sel.select(0.001)
+        assert [key.fileobj for key, _ in ready] == [a]
+    finally:
+        sel.close()
+        a.close()
+        b.close()
+
+
+class _FakeCall:
+    """Stands in for a grpc.aio call: answers ``delay_s`` after it was made."""
+
+    def __init__(self, delay_s: float) -> None:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        self.fut: Any = loop.create_future()
+        loop.call_later(delay_s, self.fut.set_result, b"ok")
+
+    def __await__(self) -> Any:
+        return self.fut.__await__()
+
+    async def trailing_metadata(self) -> tuple[()]:
+        return ()
+
+
+def _open_engine(rate: float, seconds: float, max_in_flight: int, delay_s: float, call: Any = None) -> Any:
+    import asyncio
+    import io
+    import time
+
+    from loadgen.runner.engine import Engine
+
+    sched = from_trace(synthesize("poisson", rate, seconds, seed=3))
+    plan = Plan(
+        run_id="r",
+        worker=0,
+        workers=1,
+        targets=["127.0.0.1:1"],
+        model="null",
+        handler_options={},
+        seed=0,
+        mode="open",
+        warmup_ns=0,
+        timeout_s=1.0,
+        max_in_flight=max_in_flight,
+        index=sched.index.tobytes(),
+        t_ns=sched.t_ns.tobytes(),
+        size=sched.size.tobytes(),
+        items=sched.items.tobytes(),
+    )
+    engine = Engine(plan, io.BytesIO())
+    engine.prepare()
+    engine.calls = [[call or (lambda body, metadata, timeout: _FakeCall(delay_s))]]
+    engine.epoch_perf_ns = time.perf_counter_ns() + 20_000_000
+    asyncio.run(asyncio.wait_for(engine._run_open(), seconds + 10.0))  # a hang fails, not stalls
+    return engine
+
+
+def test_open_loop_sends_each_request_once_never_early_and_drops_over_the_cap() -> None:
+    engine = _open_engine(rate=400.0, seconds=1.0, max_in_flight=1000, delay_s=0.002)
+    c = engine.cols
+    assert sorted(c["index"]) == list(range(len(engine.index)))  # every request has one row
+    assert all(s == "OK" for s in c["status"])
+    sched = np.asarray(c["scheduled_ns"])
+    sent = np.asarray(c["sent_ns"])
+    assert np.all(sent >= sched)  # never before its time
+    assert np.all(np.asarray(c["done_ns"]) - sent >= 2_000_000)  # latency includes the service time
+    # Answers slower than arrivals with a cap of 2 in flight: the overflow is DROPPED, not delayed.
+    engine = _open_engine(rate=400.0, seconds=1.0, max_in_flight=2, delay_s=0.05)
+    status = engine.cols["status"]
+    assert len(status) == len(engine.index)
+    assert 0 < status.count("DROPPED") < len(status) and status.count("OK") > 0
+    assert engine.in_flight == 0
+
+
+def test_open_loop_ends_with_the_error_of_a_failing_send() -> None:
+    def broken(body: bytes, metadata: Any, timeout: float) -> Any:
+        raise RuntimeError("channel is closed")
+
+    # The send runs in a timer callback; its error must end the run, not be logged and hang it.
+    with pytest.raises(RuntimeError, match="channel is closed"):
+        _open_engine(rate=100.0, seconds=0.5, max_in_flight=10, delay_s=0.001, call=broken)
