@@ -43,12 +43,12 @@ def test_sharding_keeps_every_request_exactly_once(workers: int) -> None:
         sched.shard(workers, workers)
 
 
-def test_plan_round_trips_arrays() -> None:
-    sched = from_trace(synthesize("constant", 10.0, 2.0)).shard(1, 2)
-    plan = Plan(
+def _plan(sched: Any, worker: int, workers: int, max_in_flight: int) -> Plan:
+    """An open-loop plan for ``sched`` (one shard of it) against a target nobody listens on."""
+    return Plan(
         run_id="r",
-        worker=1,
-        workers=2,
+        worker=worker,
+        workers=workers,
         targets=["127.0.0.1:1"],
         model="null",
         handler_options={},
@@ -56,12 +56,17 @@ def test_plan_round_trips_arrays() -> None:
         mode="open",
         warmup_ns=0,
         timeout_s=1.0,
-        max_in_flight=10,
+        max_in_flight=max_in_flight,
         index=sched.index.tobytes(),
         t_ns=sched.t_ns.tobytes(),
         size=sched.size.tobytes(),
         items=sched.items.tobytes(),
     )
+
+
+def test_plan_round_trips_arrays() -> None:
+    sched = from_trace(synthesize("constant", 10.0, 2.0)).shard(1, 2)
+    plan = _plan(sched, worker=1, workers=2, max_in_flight=10)
     back = Plan.from_msg(plan.to_msg())
     idx, t_ns, size, items = back.arrays()
     assert np.array_equal(idx, sched.index) and np.array_equal(t_ns, sched.t_ns)
@@ -261,23 +266,7 @@ def _open_engine(rate: float, seconds: float, max_in_flight: int, delay_s: float
     from loadgen.runner.engine import Engine
 
     sched = from_trace(synthesize("poisson", rate, seconds, seed=3))
-    plan = Plan(
-        run_id="r",
-        worker=0,
-        workers=1,
-        targets=["127.0.0.1:1"],
-        model="null",
-        handler_options={},
-        seed=0,
-        mode="open",
-        warmup_ns=0,
-        timeout_s=1.0,
-        max_in_flight=max_in_flight,
-        index=sched.index.tobytes(),
-        t_ns=sched.t_ns.tobytes(),
-        size=sched.size.tobytes(),
-        items=sched.items.tobytes(),
-    )
+    plan = _plan(sched, worker=0, workers=1, max_in_flight=max_in_flight)
     engine = Engine(plan, io.BytesIO())
     engine.prepare()
     engine.calls = [[call or (lambda body, metadata, timeout: _FakeCall(delay_s))]]
