@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import numpy as np
@@ -167,6 +168,30 @@ def test_sink_writes_incrementally_and_fills_missing(tmp_path) -> None:  # type:
     statuses = dict(zip(t.column("index").to_pylist(), t.column("status").to_pylist(), strict=True))
     assert statuses[4] == "NOT_SENT" and statuses[5] == "OK"
     assert t.schema.names == list(RECORD_COLUMNS)
+
+
+def test_records_cross_the_wire_as_arrow_and_duplicates_are_counted(tmp_path: Any) -> None:
+    from loadgen.runner.live import LiveStats
+    from loadgen.runner.sink import decode_records, encode_records
+
+    cols = _cols([0, 1, 2])
+    cols["done_ns"][2] = None  # dropped: never answered
+    cols["sent_ns"][2] = None
+    cols["status"][2] = "DROPPED"
+    cols["queue_ms"][0] = 0.125
+    batch = decode_records(encode_records(cols))
+    assert batch.to_pydict() == cols  # None stays None, values exact
+    with pytest.raises(ValueError):
+        decode_records(b"not arrow")
+    sink = RecordSink(str(tmp_path / "r.parquet"), scheduled=3)
+    sink.add_batch(batch)
+    sink.add(_cols([1, 1, 9]))  # 1 twice more, 9 outside the schedule
+    assert sink.duplicates == 2 and sink.extra_rows == 1 and sink.missing().tolist() == []
+    sink.close()
+    live = LiveStats(None, out=io.StringIO())
+    live.add(batch)
+    assert (live.ok, live.dropped, live.errors, live.sent) == (2, 1, 0, 2)
+    assert live.latency.total == 2
 
 
 def test_frames_round_trip_and_end_of_stream() -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from server.telemetry.metrics import DURATION_BUCKETS
@@ -88,19 +90,22 @@ class LiveStats:
         self.worker_cpu: dict[int, float] = {}
         self._last_sent = 0
 
-    def add(self, cols: dict[str, Any]) -> None:
-        status = cols["status"]
-        sched = np.asarray(cols["scheduled_ns"], dtype=np.int64)
-        sent = np.asarray([s if s is not None else -1 for s in cols["sent_ns"]], dtype=np.int64)
-        done = np.asarray([d if d is not None else -1 for d in cols["done_ns"]], dtype=np.int64)
+    def add(self, batch: pa.RecordBatch) -> None:
+        """One batch of records (the records schema of ``loadgen.runner.sink``)."""
+
+        def ints(name: str) -> np.ndarray:
+            return pc.fill_null(batch.column(name), -1).to_numpy(zero_copy_only=False)
+
+        sched, sent, done = ints("scheduled_ns"), ints("sent_ns"), ints("done_ns")
         answered = done >= 0
-        measured = answered & ~np.asarray(cols["warmup"], dtype=bool)
+        measured = answered & ~batch.column("warmup").to_numpy(zero_copy_only=False)
         lat = (done - sched)[measured]
         lag = (sent - sched)[measured]
         self.latency.add_many(lat)
         self.lag.add_many(np.maximum(lag, 0))
-        n_ok = sum(1 for s in status if s == "OK")
-        n_drop = sum(1 for s in status if s == "DROPPED")
+        codes = batch.column("status").value_counts().to_pylist()
+        by_code = {c["values"]: int(c["counts"]) for c in codes}
+        n_ok, n_drop = by_code.get("OK", 0), by_code.get("DROPPED", 0)
         self.ok += n_ok
         self.dropped += n_drop
         self.errors += int(answered.sum()) - n_ok
@@ -111,11 +116,11 @@ class LiveStats:
                 m.latency.observe(v / 1e9)
             for v in lag:
                 m.send_lag.observe(max(0, v) / 1e9)
-            for s in status:
-                if s == "DROPPED":
-                    m.dropped.inc()
+            for code, n in by_code.items():
+                if code == "DROPPED":
+                    m.dropped.inc(n)
                 else:
-                    m.requests.labels(code=s).inc()
+                    m.requests.labels(code=code).inc(n)
 
     def tick(self, elapsed_s: float, total_s: float, target_rps: float, interval_s: float) -> None:
         achieved = (self.sent - self._last_sent) / max(interval_s, 1e-9)

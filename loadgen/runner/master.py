@@ -32,7 +32,7 @@ from loadgen.runner.protocol import (
     empty_columns,
 )
 from loadgen.runner.scrape import Samples
-from loadgen.runner.sink import RecordSink
+from loadgen.runner.sink import RecordSink, decode_records
 from loadgen.schedule import Schedule
 from server.cliargs import CliError
 
@@ -104,12 +104,13 @@ class Master:
         self.ready[int(msg.data["worker"])] = msg.data
 
     def on_records(self, environment: Any, msg: Any, **_: Any) -> None:
-        cols = msg.data
-        worker = int(cols["worker"][0]) if cols["worker"] else -1
-        cpu = cols.pop("_cpu_ratio", None)
-        in_flight = cols.pop("_in_flight", None)
-        self.sink.add(cols)
-        self.live.add(cols)
+        data = msg.data
+        worker = int(data["worker"])
+        cpu = data.get("_cpu_ratio")
+        in_flight = data.get("_in_flight")
+        batch = decode_records(data["ipc"])
+        self.sink.add_batch(batch)
+        self.live.add(batch)
         self.last_seen[worker] = time.monotonic()
         if in_flight is not None:
             self.live.in_flight[worker] = int(in_flight)

@@ -33,9 +33,36 @@ SCHEMA = pa.schema(
 assert tuple(SCHEMA.names) == RECORD_COLUMNS
 
 
+def records_batch(cols: dict[str, list[Any]]) -> pa.RecordBatch:
+    """Record columns (Python lists, None for missing) → one Arrow record batch."""
+    return pa.RecordBatch.from_arrays(
+        [pa.array(cols[c], type=SCHEMA.field(c).type) for c in RECORD_COLUMNS], schema=SCHEMA
+    )
+
+
+def encode_records(cols: dict[str, list[Any]]) -> bytes:
+    """Record columns → Arrow IPC stream bytes, as workers send them to the master.
+
+    The master then decodes a message into a few Arrow buffers instead of ~20 Python objects per
+    record: that churn of small objects, interleaved with longer-lived ones, kept Python's
+    allocator from returning its arenas, and the master's RSS crept up ~25 MB/h in soaks."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, SCHEMA) as writer:
+        writer.write_batch(records_batch(cols))
+    return sink.getvalue().to_pybytes()
+
+
+def decode_records(data: bytes) -> pa.RecordBatch:
+    with pa.ipc.open_stream(data) as reader:
+        batches = list(reader)
+    if len(batches) != 1 or batches[0].schema != SCHEMA:
+        raise ValueError("records message is not one record batch of the records schema")
+    return batches[0]
+
+
 class RecordSink:
-    """Turns each message of records into an Arrow record batch at once and writes a row group
-    every ``flush_rows`` rows.
+    """Keeps each message of records as the Arrow record batch it arrived as (``add_batch``) and
+    writes a row group every ``flush_rows`` rows.
 
     Memory stays bounded by ``flush_rows`` rows (in Arrow buffers, not Python objects) plus one
     flag byte per scheduled request (to know which requests have a row), so hour-long soaks do
@@ -55,27 +82,25 @@ class RecordSink:
         self.written = 0
 
     def add(self, cols: dict[str, list[Any]]) -> None:
-        idx = cols["index"]
-        for i in idx:
-            if 0 <= i < self.seen.shape[0]:
-                if self.seen[i]:
-                    self.duplicates += 1
-                self.seen[i] = True
-            else:
-                self.extra_rows += 1
-        self._append(cols)
+        self.add_batch(records_batch(cols))
+
+    def add_batch(self, batch: pa.RecordBatch) -> None:
+        idx = batch.column("index").to_numpy(zero_copy_only=False)
+        inside = (idx >= 0) & (idx < self.seen.shape[0])
+        self.extra_rows += int((~inside).sum())
+        idx = idx[inside]
+        # A repeat inside one batch counts too: np.unique's counts beyond the first.
+        uniq, counts = np.unique(idx, return_counts=True)
+        self.duplicates += int(self.seen[uniq].sum()) + int((counts - 1).sum())
+        self.seen[uniq] = True
+        self._append(batch)
         if self._rows >= self.flush_rows:
             self.flush()
 
-    def _append(self, cols: dict[str, list[Any]]) -> None:
-        if not cols["index"]:
-            return
-        self._batches.append(
-            pa.RecordBatch.from_arrays(
-                [pa.array(cols[c], type=SCHEMA.field(c).type) for c in RECORD_COLUMNS], schema=SCHEMA
-            )
-        )
-        self._rows += len(cols["index"])
+    def _append(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self._batches.append(batch)
+            self._rows += batch.num_rows
 
     def flush(self) -> None:
         if not self._rows:
@@ -94,6 +119,6 @@ class RecordSink:
     def close(self, fill: dict[str, list[Any]] | None = None) -> None:
         """Write the rows for requests that never reported (``fill``), then close the file."""
         if fill:
-            self._append(fill)
+            self._append(records_batch(fill))
         self.flush()
         self._writer.close()

@@ -18,6 +18,7 @@ from gevent import subprocess
 
 from loadgen.runner import frames
 from loadgen.runner.protocol import DONE, GO, HELLO, PLAN, READY, RECORDS
+from loadgen.runner.sink import encode_records
 
 log = logging.getLogger("netgain.loadgen")
 
@@ -69,7 +70,15 @@ class EngineLink:
                 self.send(READY, {**data, "worker": self.worker, "pid": os.getpid()})
             elif kind == frames.RECORDS:
                 fire_request_events(self.runner.environment.events, data)
-                self.send(RECORDS, data)
+                self.send(
+                    RECORDS,
+                    {
+                        "worker": self.worker,
+                        "ipc": encode_records(data),
+                        "_cpu_ratio": data.get("_cpu_ratio"),
+                        "_in_flight": data.get("_in_flight"),
+                    },
+                )
             elif kind == frames.DONE:
                 self._report_stats()
                 self.send(DONE, {**data, "worker": self.worker})
