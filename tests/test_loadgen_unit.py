@@ -227,6 +227,21 @@ def test_samples_stream_to_disk_in_row_groups(tmp_path: Any) -> None:
     assert pq.ParquetFile(path).num_row_groups == 3  # 3 + 3 + the last 1
 
 
+def test_samples_are_written_within_flush_s_even_when_few(tmp_path: Any) -> None:
+    now = [0.0]
+    path = str(tmp_path / "samples.parquet")
+    samples = Samples(path, flush_rows=1000, flush_s=30.0, clock=lambda: now[0])
+    samples.add(0.0, "server:a", "netgain_queue_depth_requests", 1.0)
+    now[0] = 29.0
+    samples.add(29.0, "server:a", "netgain_queue_depth_requests", 2.0)
+    assert len(samples.rows) == 2  # neither bound reached yet
+    now[0] = 31.0
+    samples.add(31.0, "server:a", "netgain_queue_depth_requests", 3.0)
+    assert samples.rows == [] and samples.written == 3
+    samples.close()
+    assert pq.read_table(path).column("value").to_pylist() == [1.0, 2.0, 3.0]
+
+
 def test_samples_without_rows_still_write_a_readable_file(tmp_path: Any) -> None:
     path = str(tmp_path / "samples.parquet")
     Samples(path).close()
