@@ -14,7 +14,7 @@ from loadgen.runner.engine import parse_trailers
 from loadgen.runner.live import LogHistogram
 from loadgen.runner.protocol import RECORD_COLUMNS, Plan, empty_columns
 from loadgen.runner.scrape import Samples
-from loadgen.runner.sink import RecordSink
+from loadgen.runner.sink import RecordSink, records_batch
 from loadgen.schedule import from_trace
 from loadgen.traces import synthesize
 from protos import pb
@@ -152,8 +152,8 @@ def _cols(indices: list[int]) -> dict[str, list[object]]:
 def test_sink_writes_incrementally_and_fills_missing(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = str(tmp_path / "requests.parquet")
     sink = RecordSink(path, scheduled=10, flush_rows=3)
-    sink.add(_cols([0, 1, 2, 3]))
-    sink.add(_cols([5, 7]))
+    sink.add_batch(records_batch(_cols([0, 1, 2, 3])))
+    sink.add_batch(records_batch(_cols([5, 7])))
     assert sink.written == 4  # flushed once past 3 rows
     missing = sink.missing().tolist()
     assert missing == [4, 6, 8, 9]
@@ -185,7 +185,7 @@ def test_records_cross_the_wire_as_arrow_and_duplicates_are_counted(tmp_path: An
         decode_records(b"not arrow")
     sink = RecordSink(str(tmp_path / "r.parquet"), scheduled=3)
     sink.add_batch(batch)
-    sink.add(_cols([1, 1, 9]))  # 1 twice more, 9 outside the schedule
+    sink.add_batch(records_batch(_cols([1, 1, 9])))  # 1 twice more, 9 outside the schedule
     assert sink.duplicates == 2 and sink.extra_rows == 1 and sink.missing().tolist() == []
     sink.close()
     live = LiveStats(None, out=io.StringIO())

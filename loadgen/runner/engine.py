@@ -198,21 +198,19 @@ class Engine:
     def _send_due(self, limit: int) -> None:
         """Send what is due, at most ``limit`` requests."""
         loop = asyncio.get_running_loop()
-        n, t_ns, epoch = len(self.index), self.t_ns, self.epoch_perf_ns
-        j = self._next
         for _ in range(limit):
-            if j >= n or epoch + int(t_ns[j]) > time.perf_counter_ns():
+            if not self._due():
                 break
+            j = self._next
+            self._next += 1
             if self.in_flight >= self.plan.max_in_flight:
                 self.dropped += 1
                 self._record(j, None, None, "DROPPED", 0, {})
             else:
-                task = loop.create_task(self._complete(j, int(t_ns[j]), *self._start(j)))
+                task = loop.create_task(self._complete(j, int(self.t_ns[j]), *self._start(j)))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-            j += 1
-        self._next = j
-        if j >= n and self._all_sent is not None and not self._all_sent.done():
+        if self._next >= len(self.index) and self._all_sent is not None and not self._all_sent.done():
             self._all_sent.set_result(None)
 
     def _arm(self) -> None:

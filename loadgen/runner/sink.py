@@ -81,9 +81,6 @@ class RecordSink:
         self.duplicates = 0
         self.written = 0
 
-    def add(self, cols: dict[str, list[Any]]) -> None:
-        self.add_batch(records_batch(cols))
-
     def add_batch(self, batch: pa.RecordBatch) -> None:
         idx = batch.column("index").to_numpy(zero_copy_only=False)
         inside = (idx >= 0) & (idx < self.seen.shape[0])
