@@ -82,7 +82,12 @@ class ServerProcess:
         return self
 
     def wait_ready(self) -> float:
-        """Block until health is SERVING; returns seconds since spawn."""
+        """Block until health is SERVING; returns seconds since spawn.
+
+        Watches the health stream rather than polling Check, so the instant is the server's own
+        transition (plus one loopback hop), not the next poll after it: a load already running
+        against this address must not see a success before the SERVING it is compared with.
+        """
         import grpc
         from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -95,14 +100,16 @@ class ServerProcess:
                     raise CliError(
                         f"server exited with status {self.proc.returncode} while loading the model"
                     )
-                try:
-                    if stub.Check(health_pb2.HealthCheckRequest(), timeout=2.0).status == 1:
-                        return time.time() - self.spawned_at
-                except grpc.RpcError:
-                    pass
-                if time.monotonic() > deadline:
+                left = deadline - time.monotonic()
+                if left <= 0:
                     raise CliError(f"server not SERVING within {self.ready_timeout_s:.0f} s")
-                time.sleep(0.05)
+                try:
+                    # a short deadline per stream so a server that dies while loading is noticed
+                    for resp in stub.Watch(health_pb2.HealthCheckRequest(), timeout=min(left, 1.0)):
+                        if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                            return time.time() - self.spawned_at
+                except grpc.RpcError:
+                    time.sleep(0.01)  # deadline reached or not accepting yet: look again
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:

@@ -171,7 +171,11 @@ def test_drill_with_scale_up(tmp_path: Path) -> None:
         assert set(s["inside"]) == {"process_start", "imports", "model_built", "on_device", "warmup", "ready"}
     up = d["scale_up"]
     assert up["replica2_ok_requests"] > 0
-    assert up["replica2_spawn_to_first_ok_s"] >= up["replica2_spawn_to_serving_s"] > 0
+    # SERVING comes from the drill's health watcher, the first OK from a load worker's clock: a
+    # request already inside the server when it turns ready may answer a hair before the watch
+    # message lands, so allow a few ms (polling Check used to be ~50 ms late, which this catches)
+    assert up["replica2_spawn_to_first_ok_s"] >= up["replica2_spawn_to_serving_s"] - 0.005
+    assert up["replica2_spawn_to_serving_s"] > 0
 
 
 @pytest.mark.slow

@@ -103,8 +103,8 @@ def scale_up(
         def start_replica2() -> None:
             time.sleep(delay_s)
             r2 = ServerProcess(base, log_path=os.path.join(out, "replica2.log"), port=port2)
-            result["spawn_unix_s"] = time.time()
             r2.start()
+            result["spawn_unix_s"] = r2.spawned_at  # the instant wait_ready counts from
             result["serving_s"] = r2.wait_ready()
             result["proc"] = r2
 
