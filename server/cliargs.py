@@ -31,13 +31,20 @@ def flag(parser: argparse.ArgumentParser | Any, name: str, **kw: Any) -> None:
     help_text = kw.get("help", "")
     if help_text != argparse.SUPPRESS:
         default = kw.get("default")
-        shown = (
-            f"; default {default}"
-            if default not in (None, False, [], "") and "%(default)" not in help_text
-            else ""
-        )
+        # identity for None/False: `0 in (False, ...)` is true, and 0 is a default worth showing
+        hidden = default is None or default is False or default in ([], "")
+        shown = f"; default {default}" if not hidden and "%(default)" not in help_text else ""
         kw["help"] = f"{help_text} [env {env}{shown}]"
     parser.add_argument(name, **kw)
+
+
+def debug_after_command(subparsers: Any) -> None:
+    """Accept ``--debug`` after the subcommand too (``netgain report X --debug``); SUPPRESS keeps
+    a subcommand without it from resetting the top-level flag to False."""
+    for sp in subparsers.choices.values():
+        sp.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logs"
+        )
 
 
 def key_values(items: list[str] | None, what: str) -> dict[str, str]:

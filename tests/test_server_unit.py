@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import random
 import threading
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from protos import pb
 from server.batching.pipeline import Pipeline, PipelineConfig
 from server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
-from server.cliargs import CliError, env_name, key_values
+from server.cliargs import CliError, env_name, flag, key_values
 from server.coldstart import COLD_START_PHASES, ColdStart
 from server.config import ServeConfig
 from server.device import DeviceOutOfMemory, DeviceRunner
@@ -456,6 +457,19 @@ def test_cli_key_values_and_env_names() -> None:
     with pytest.raises(CliError, match="--handler-option 'size': expected key=value"):
         key_values(["size"], "--handler-option")
     assert env_name("--max-queue-delay-ms") == "NETGAIN_MAX_QUEUE_DELAY_MS"
+
+
+def test_cli_help_shows_zero_defaults_and_hides_unset_ones() -> None:
+    p = argparse.ArgumentParser()
+    flag(p, "--seed", type=int, default=0, help="seed")
+    flag(p, "--ratio", type=float, default=0.0, help="ratio")
+    flag(p, "--tls-cert", default=None, help="cert")
+    flag(p, "--debug-x", action="store_true", help="switch")
+    helps = {a.dest: a.help for a in p._actions}
+    assert helps["seed"] == "seed [env NETGAIN_SEED; default 0]"
+    assert helps["ratio"] == "ratio [env NETGAIN_RATIO; default 0.0]"
+    assert helps["tls_cert"] == "cert [env NETGAIN_TLS_CERT]"
+    assert helps["debug_x"] == "switch [env NETGAIN_DEBUG_X]"
 
 
 def test_cold_start_timeline() -> None:
