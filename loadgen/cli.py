@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from server.cliargs import CliError
+from server.cliargs import CliError, debug_after_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_trace.add_parser(sub)
     cli_experiments.add_parser(sub)
     cli_demo.add_parser(sub)
+    debug_after_command(sub)
     return parser
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from server import cli
+from server.cliargs import debug_after_command
 
 
 def main() -> int:
@@ -13,6 +14,7 @@ def main() -> int:
     parser.add_argument("--debug", action="store_true")
     sub = parser.add_subparsers(dest="command")
     cli.add_parser(sub)
+    debug_after_command(sub)
     args = parser.parse_args(["serve", *sys.argv[1:]])
     from loadgen.cli import dispatch
 

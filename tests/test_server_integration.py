@@ -562,3 +562,10 @@ def test_startup_errors_are_one_line_exit_2() -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+def test_debug_after_the_flags_shows_the_traceback() -> None:
+    proc = run_cli("--model", "resnet", "--debug")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert "Traceback" in err and "unknown model 'resnet'" in err
