@@ -58,7 +58,13 @@ def add_parser(sub: Any) -> None:
     )
     flag(c, "--items", default="1", help="client items per request to sweep, e.g. 1,8")
     flag(c, "--rates", default=None, help="request rates of the capacity sweep (default: rate x 0.5,1,2,4)")
-    flag(c, "--sweep-duration", type=float, default=None, help="seconds per sweep run (default: duration/2)")
+    flag(
+        c,
+        "--sweep-duration",
+        type=float,
+        default=None,
+        help="seconds per sweep run (default: half of --duration, at least 5)",
+    )
     flag(c, "--cpu-price-per-hour", type=float, default=None, help="baseline host price (required)")
     flag(c, "--gpu-price-per-hour", type=float, default=None, help="treatment host price (required)")
     flag(c, "--slo-p99-ms", type=float, default=None, help="latency objective (required)")
