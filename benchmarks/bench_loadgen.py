@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 import psutil
@@ -166,6 +167,28 @@ def stock_locust(target: str, users: int, duration: float) -> dict:
     }
 
 
+def server_cpu_s() -> dict[int, float]:
+    """CPU seconds so far of each `python -m server` process under this one, by pid."""
+    out = {}
+    for c in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "server" in c.cmdline()[1:3]:
+                t = c.cpu_times()
+                out[c.pid] = t.user + t.system
+    return out
+
+
+def bound_by(worker_cpu: float, dropped: int, server_cores: float, servers: int) -> str:
+    """Which side limited an overloaded capacity run. The sender loop near one core means the
+    worker; drops at the in-flight cap with the sender below that mean the servers answered
+    slower than it sent (then the figure is a lower bound on the worker)."""
+    if worker_cpu >= 0.85:
+        return "worker"
+    if dropped > 0:
+        return f"servers (>= {server_cores:.1f} cores over {servers}): a lower bound on the worker"
+    return "neither saturated"
+
+
 def fidelity_row(label: str, rate: float, fid: dict) -> list[object]:
     return [
         label,
@@ -205,7 +228,12 @@ def main() -> None:
         for w in (int(x) for x in a.workers.split(",")):
             # Overloaded on purpose: the cap keeps greenlets from piling up past what the server
             # answers, so the measured send rate is the generator's, not a backlog's.
+            cpu0, t0 = server_cpu_s(), time.monotonic()
             r = ours(target, os.path.join(tmp, f"cap{w}"), a.overload_rate * w, a.duration, w, in_flight=2000)
+            cpu1, wall = server_cpu_s(), time.monotonic() - t0
+            # Averaged over the whole load command, its start-up included: a lower bound on the
+            # servers' CPU while the traffic ran.
+            cores = sum(cpu1[pid] - cpu0.get(pid, 0.0) for pid in cpu1) / wall
             results[w] = r
             rows.append(
                 [
@@ -214,7 +242,8 @@ def main() -> None:
                     round(r["achieved_rps"]),
                     f"{r['achieved_rps'] / w:.0f}/worker",
                     f"sender loop CPU max {r['worker_cpu_max']:.2f}",
-                    f"dropped at cap {r['dropped']}",
+                    f"dropped at cap {r['dropped']}; bound by "
+                    + bound_by(r["worker_cpu_max"], r["dropped"], cores, a.servers),
                 ]
             )
         stock = stock_locust(target, 10, a.duration)
