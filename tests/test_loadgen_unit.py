@@ -14,7 +14,8 @@ from loadgen.runner.engine import parse_trailers
 from loadgen.runner.live import LogHistogram
 from loadgen.runner.protocol import RECORD_COLUMNS, Plan, empty_columns
 from loadgen.runner.scrape import Samples
-from loadgen.runner.sink import RecordSink, records_batch
+from loadgen.runner.sink import RecordSink
+from loadgen.runner.wire import records_batch
 from loadgen.schedule import from_trace
 from loadgen.traces import synthesize
 from protos import pb
@@ -172,7 +173,7 @@ def test_sink_writes_incrementally_and_fills_missing(tmp_path) -> None:  # type:
 
 def test_records_cross_the_wire_as_arrow_and_duplicates_are_counted(tmp_path: Any) -> None:
     from loadgen.runner.live import LiveStats
-    from loadgen.runner.sink import decode_records, encode_records
+    from loadgen.runner.wire import decode_records, encode_records
 
     cols = _cols([0, 1, 2])
     cols["done_ns"][2] = None  # dropped: never answered

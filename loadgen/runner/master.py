@@ -32,7 +32,8 @@ from loadgen.runner.protocol import (
     empty_columns,
 )
 from loadgen.runner.scrape import Samples
-from loadgen.runner.sink import RecordSink, decode_records
+from loadgen.runner.sink import RecordSink
+from loadgen.runner.wire import decode_records
 from loadgen.schedule import Schedule
 from server.cliargs import CliError
 

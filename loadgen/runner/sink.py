@@ -8,56 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loadgen.runner.protocol import PHASE_COLUMNS, RECORD_COLUMNS
-
-SCHEMA = pa.schema(
-    [
-        ("index", pa.int64()),
-        ("request_id", pa.string()),
-        ("worker", pa.int32()),
-        ("target", pa.string()),
-        ("warmup", pa.bool_()),
-        ("scheduled_ns", pa.int64()),
-        ("sent_ns", pa.int64()),
-        ("done_ns", pa.int64()),
-        ("status", pa.string()),
-        ("items", pa.int32()),
-        ("request_bytes", pa.int64()),
-        ("response_bytes", pa.int64()),
-        ("batch_id", pa.int64()),
-        ("batch_size", pa.int32()),
-        *[(c, pa.float64()) for c in PHASE_COLUMNS],
-        ("server_total_ms", pa.float64()),
-    ]
-)
-assert tuple(SCHEMA.names) == RECORD_COLUMNS
-
-
-def records_batch(cols: dict[str, list[Any]]) -> pa.RecordBatch:
-    """Record columns (Python lists, None for missing) → one Arrow record batch."""
-    return pa.RecordBatch.from_arrays(
-        [pa.array(cols[c], type=SCHEMA.field(c).type) for c in RECORD_COLUMNS], schema=SCHEMA
-    )
-
-
-def encode_records(cols: dict[str, list[Any]]) -> bytes:
-    """Record columns → Arrow IPC stream bytes, as workers send them to the master.
-
-    The master then decodes a message into a few Arrow buffers instead of ~20 Python objects per
-    record: that churn of small objects, interleaved with longer-lived ones, kept Python's
-    allocator from returning its arenas, and the master's RSS crept up ~25 MB/h in soaks."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, SCHEMA) as writer:
-        writer.write_batch(records_batch(cols))
-    return sink.getvalue().to_pybytes()
-
-
-def decode_records(data: bytes) -> pa.RecordBatch:
-    with pa.ipc.open_stream(data) as reader:
-        batches = list(reader)
-    if len(batches) != 1 or batches[0].schema != SCHEMA:
-        raise ValueError("records message is not one record batch of the records schema")
-    return batches[0]
+from loadgen.runner.wire import SCHEMA, records_batch
 
 
 class RecordSink:

@@ -18,7 +18,7 @@ from gevent import subprocess
 
 from loadgen.runner import frames
 from loadgen.runner.protocol import DONE, GO, HELLO, PLAN, READY, RECORDS
-from loadgen.runner.sink import encode_records
+from loadgen.runner.wire import encode_records
 
 log = logging.getLogger("netgain.loadgen")
 
