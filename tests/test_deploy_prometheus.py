@@ -10,7 +10,8 @@ data. Two kinds are exempt, and say so in their test ids:
   must be valid queries; their rules are exercised on synthetic series by
   deploy/prometheus/tests/rules_test.yml (`promtool test rules`).
 - Client expressions (netgain_client_*, exported by the `netgain load` master) need the
-  load generator; until `loadgen.cli_load` exists they are xfail with that reason.
+  load generator: the stack runs `netgain load --metrics-port` beside the server, and Prometheus
+  scrapes the master too (in a tree without `loadgen.cli_load` they would be xfail, saying why).
 """
 
 from __future__ import annotations

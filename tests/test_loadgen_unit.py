@@ -127,6 +127,42 @@ def test_log_histogram_percentiles_within_one_percent() -> None:
     assert np.isnan(LogHistogram().percentile_ms(50))
 
 
+def _histogram_samples(registry: Any) -> dict[tuple[str, str], float]:
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {}
+    for fam in text_string_to_metric_families(generate_latest(registry).decode()):
+        for smp in fam.samples:
+            if not smp.name.endswith("_created"):
+                out[(smp.name, smp.labels.get("le", ""))] = smp.value
+    return out
+
+
+def test_array_histogram_exports_what_prometheus_histogram_does() -> None:
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from server.telemetry.histograms import ArrayHistogram
+    from server.telemetry.metrics import DURATION_BUCKETS
+
+    rng = np.random.default_rng(1)
+    # lognormal around 5 ms, every bucket bound itself (le: counted in that bucket), 0 and past +Inf
+    values = np.concatenate([rng.lognormal(np.log(5e-3), 1.5, 5_000), DURATION_BUCKETS, [0.0, 1e4]])
+    ours_reg, ref_reg = CollectorRegistry(), CollectorRegistry()
+    ours = ArrayHistogram("x_seconds", "x", DURATION_BUCKETS, ours_reg)
+    ref = Histogram("x_seconds", "x", buckets=DURATION_BUCKETS, registry=ref_reg)
+    ours.observe_many(values[:1_000])
+    ours.observe_many(values[1_000:])
+    ours.observe_many(np.array([]))
+    for v in values:
+        ref.observe(float(v))
+    got, want = _histogram_samples(ours_reg), _histogram_samples(ref_reg)
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-12), key
+    assert got[("x_seconds_count", "")] == values.size
+
+
 def _cols(indices: list[int]) -> dict[str, list[object]]:
     cols = empty_columns()
     for i in indices:
@@ -193,6 +229,19 @@ def test_records_cross_the_wire_as_arrow_and_duplicates_are_counted(tmp_path: An
     live.add(batch)
     assert (live.ok, live.dropped, live.errors, live.sent) == (2, 1, 0, 2)
     assert live.latency.total == 2
+    # the client metrics take the same records: answered ones only, latency from the schedule
+    from prometheus_client import CollectorRegistry
+
+    from loadgen.runner.live import ClientMetrics
+
+    reg = CollectorRegistry()
+    served = LiveStats(ClientMetrics(reg), out=io.StringIO())
+    served.add(batch)
+    got = _histogram_samples(reg)
+    assert got[("netgain_client_latency_seconds_count", "")] == 2
+    assert got[("netgain_client_latency_seconds_sum", "")] == pytest.approx(2 * 5e-9)  # done - scheduled
+    assert got[("netgain_client_send_lag_seconds_sum", "")] == pytest.approx(2 * 1e-9)
+    assert got[("netgain_client_dropped_total", "")] == 1
 
 
 def test_frames_round_trip_and_end_of_stream() -> None:
