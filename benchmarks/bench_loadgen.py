@@ -180,12 +180,16 @@ def server_cpu_s() -> dict[int, float]:
 
 def bound_by(worker_cpu: float, dropped: int, server_cores: float, servers: int) -> str:
     """Which side limited an overloaded capacity run. The sender loop near one core means the
-    worker; drops at the in-flight cap with the sender below that mean the servers answered
-    slower than it sent (then the figure is a lower bound on the worker)."""
+    worker; drops at the in-flight cap with the sender below that mean answers came back slower
+    than it sent: the servers, or the path to them, not the sender (so the figure is a lower bound
+    on the worker). The servers' CPU is printed for the reader to judge which; it is not tested."""
     if worker_cpu >= 0.85:
         return "worker"
     if dropped > 0:
-        return f"servers (>= {server_cores:.1f} cores over {servers}): a lower bound on the worker"
+        return (
+            f"the servers' side (they used >= {server_cores:.1f} cores over {servers}): "
+            "a lower bound on the worker"
+        )
     return "neither saturated"
 
 

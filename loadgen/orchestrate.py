@@ -108,8 +108,10 @@ class ServerProcess:
                     for resp in stub.Watch(health_pb2.HealthCheckRequest(), timeout=min(left, 1.0)):
                         if resp.status == health_pb2.HealthCheckResponse.SERVING:
                             return time.time() - self.spawned_at
-                except grpc.RpcError:
-                    time.sleep(0.01)  # deadline reached or not accepting yet: look again
+                except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                        raise CliError(f"{self.target} has no grpc.health.v1 service to wait on") from None
+                time.sleep(0.01)  # the stream ended or was refused before SERVING: look again
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:

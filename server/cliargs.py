@@ -39,12 +39,19 @@ def flag(parser: argparse.ArgumentParser | Any, name: str, **kw: Any) -> None:
 
 
 def debug_after_command(subparsers: Any) -> None:
-    """Accept ``--debug`` after the subcommand too (``netgain report X --debug``); SUPPRESS keeps
-    a subcommand without it from resetting the top-level flag to False."""
+    """Accept ``--debug`` after the subcommand too (``netgain report X --debug``, ``netgain trace
+    inspect X --debug``); SUPPRESS keeps a subcommand without it from resetting the top-level flag."""
+    seen: set[int] = set()  # aliases list one parser under several names
     for sp in subparsers.choices.values():
+        if id(sp) in seen:
+            continue
+        seen.add(id(sp))
         sp.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks and debug logs"
         )
+        for action in sp._actions:  # nested actions (`trace inspect`): argparse has no public walk
+            if isinstance(action, argparse._SubParsersAction):
+                debug_after_command(action)
 
 
 def key_values(items: list[str] | None, what: str) -> dict[str, str]:

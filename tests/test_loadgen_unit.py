@@ -154,6 +154,7 @@ def test_array_histogram_exports_what_prometheus_histogram_does() -> None:
     ours.observe_many(values[:1_000])
     ours.observe_many(values[1_000:])
     ours.observe_many(np.array([]))
+    ours.observe_many(np.array([np.nan]))  # dropped (prometheus_client buckets none but poisons _sum)
     for v in values:
         ref.observe(float(v))
     got, want = _histogram_samples(ours_reg), _histogram_samples(ref_reg)
@@ -161,6 +162,10 @@ def test_array_histogram_exports_what_prometheus_histogram_does() -> None:
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-12), key
     assert got[("x_seconds_count", "")] == values.size
+    with_inf = ArrayHistogram("y_seconds", "y", [*DURATION_BUCKETS, float("inf")])
+    assert with_inf.bounds.tolist() == list(DURATION_BUCKETS)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        ArrayHistogram("z_seconds", "z", [0.1, 0.01])
 
 
 def _cols(indices: list[int]) -> dict[str, list[object]]:
@@ -237,11 +242,25 @@ def test_records_cross_the_wire_as_arrow_and_duplicates_are_counted(tmp_path: An
     reg = CollectorRegistry()
     served = LiveStats(ClientMetrics(reg), out=io.StringIO())
     served.add(batch)
+    warm = _cols([3])
+    warm["warmup"][0] = True  # answered during the warm-up: counted as sent, kept out of latency
+    served.add(records_batch(warm))
     got = _histogram_samples(reg)
     assert got[("netgain_client_latency_seconds_count", "")] == 2
     assert got[("netgain_client_latency_seconds_sum", "")] == pytest.approx(2 * 5e-9)  # done - scheduled
     assert got[("netgain_client_send_lag_seconds_sum", "")] == pytest.approx(2 * 1e-9)
     assert got[("netgain_client_dropped_total", "")] == 1
+
+
+def test_worker_does_not_import_parquet() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, loadgen.runner.worker; print('pyarrow.parquet' in sys.modules)"
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert res.stdout.strip() == "False"  # it only encodes records; the master writes Parquet
 
 
 def test_frames_round_trip_and_end_of_stream() -> None:
@@ -393,3 +412,31 @@ def test_open_loop_ends_with_the_error_of_a_failing_send() -> None:
     # The send runs in a timer callback; its error must end the run, not be logged and hang it.
     with pytest.raises(RuntimeError, match="channel is closed"):
         _open_engine(rate=100.0, seconds=0.5, max_in_flight=10, delay_s=0.001, call=broken)
+
+
+def test_wait_ready_says_when_there_is_no_health_service() -> None:
+    import subprocess
+    import sys
+    import time
+    from concurrent import futures
+
+    import grpc
+
+    from loadgen.orchestrate import ServerProcess
+    from server.cliargs import CliError
+
+    bare = grpc.server(futures.ThreadPoolExecutor(1))  # a gRPC server with no services at all
+    port = bare.add_insecure_port("127.0.0.1:0")
+    bare.start()
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        sp = ServerProcess([], ready_timeout_s=30.0)
+        sp.proc, sp.grpc_port, sp.spawned_at = stand_in, port, time.time()
+        t0 = time.monotonic()
+        with pytest.raises(CliError, match=r"no grpc\.health\.v1 service"):
+            sp.wait_ready()
+        assert time.monotonic() - t0 < 10.0  # said at once, not after the 30-s timeout
+    finally:
+        stand_in.kill()
+        stand_in.wait(10)
+        bare.stop(0)

@@ -472,6 +472,16 @@ def test_cli_help_shows_zero_defaults_and_hides_unset_ones() -> None:
     assert helps["debug_x"] == "switch [env NETGAIN_DEBUG_X]"
 
 
+def test_debug_is_taken_before_or_after_a_subcommand() -> None:
+    from loadgen.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["trace", "inspect", "t.csv", "--debug"]).debug is True  # nested subcommand
+    assert parse(["report", "run", "--debug"]).debug is True
+    assert parse(["--debug", "report", "run"]).debug is True  # not reset by the subcommand
+    assert parse(["report", "run"]).debug is False
+
+
 def test_cold_start_timeline() -> None:
     cold = ColdStart(created_unix_s=1000.0)
     cold.mark("process_start", 1000.5)

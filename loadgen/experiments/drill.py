@@ -22,6 +22,7 @@ import grpc
 
 from loadgen.orchestrate import ServerProcess, free_port, run_load
 from protos import InferenceStub, pb
+from server.cliargs import CliError
 from server.handlers import create_handler
 
 
@@ -103,10 +104,13 @@ def scale_up(
         def start_replica2() -> None:
             time.sleep(delay_s)
             r2 = ServerProcess(base, log_path=os.path.join(out, "replica2.log"), port=port2)
-            r2.start()
-            result["spawn_unix_s"] = r2.spawned_at  # the instant wait_ready counts from
-            result["serving_s"] = r2.wait_ready()
-            result["proc"] = r2
+            result["proc"] = r2  # stopped below even when it never turns SERVING
+            try:
+                r2.start()
+                result["spawn_unix_s"] = r2.spawned_at  # the instant wait_ready counts from
+                result["serving_s"] = r2.wait_ready()
+            except CliError as exc:  # reported after the load, which runs its course
+                result["error"] = str(exc)
 
         t = threading.Thread(target=start_replica2)
         t.start()
@@ -139,6 +143,8 @@ def scale_up(
         r2proc = result.pop("proc", None)
         if r2proc is not None:
             r2proc.stop()
+        if "error" in result:
+            raise CliError(f"scale-up: replica 2 did not come up: {result['error']}")
     with open(os.path.join(run_dir, "meta.json")) as fh:
         epoch_s = json.load(fh)["epoch_unix_ns"] / 1e9
     t_ = pq.read_table(os.path.join(run_dir, "requests.parquet"), columns=["target", "status", "done_ns"])

@@ -91,7 +91,7 @@ class LiveStats:
         self._last_sent = 0
 
     def add(self, batch: pa.RecordBatch) -> None:
-        """One batch of records (the records schema of ``loadgen.runner.sink``)."""
+        """One batch of records (the records schema of ``loadgen.runner.wire``)."""
 
         def ints(name: str) -> np.ndarray:
             return pc.fill_null(batch.column(name), -1).to_numpy(zero_copy_only=False)

@@ -101,7 +101,12 @@ class ArrayHistogram:
     def __init__(self, name: str, documentation: str, buckets: Sequence[float], registry: Any = None) -> None:
         self.name = name
         self.documentation = documentation
-        self.bounds = np.asarray(buckets, dtype=np.float64)
+        bounds = np.asarray(buckets, dtype=np.float64)
+        if bounds.size and np.isposinf(bounds[-1]):
+            bounds = bounds[:-1]  # +Inf is always added, as prometheus_client does
+        if bounds.size == 0 or np.any(np.diff(bounds) <= 0) or not np.all(np.isfinite(bounds)):
+            raise ValueError(f"{name}: buckets must be finite and strictly increasing")
+        self.bounds = bounds
         self.counts = np.zeros(len(self.bounds) + 1, dtype=np.int64)
         self.sum = 0.0
         self._lock = threading.Lock()
@@ -109,6 +114,7 @@ class ArrayHistogram:
             registry.register(self)
 
     def observe_many(self, seconds: np.ndarray) -> None:
+        seconds = seconds[~np.isnan(seconds)]  # no bucket holds a NaN, and it would poison _sum
         if seconds.size == 0:
             return
         counts = np.bincount(np.searchsorted(self.bounds, seconds, side="left"), minlength=len(self.counts))
