@@ -189,8 +189,26 @@ def shared_port_servers(stack: contextlib.ExitStack, count: int, args: list[str]
 
     servers = [stack.enter_context(ServerProcess(args, port=port)) for _ in range(count)]
     for sp in servers:
+        # A health check on the shared port reaches whichever server the kernel picks, so it can
+        # answer for a sibling; each server's own metrics port says whether *it* is ready.
         sp.wait_ready()
+        wait_metric_ready(sp.metrics_port, sp.ready_timeout_s)
     return f"127.0.0.1:{port}"
+
+
+def wait_metric_ready(metrics_port: int, timeout_s: float) -> None:
+    """Until ``netgain_ready`` reads 1 on this server's own /metrics (set just before SERVING)."""
+    import urllib.request
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+            if any(ln.startswith("netgain_ready{") and ln.endswith(" 1.0") for ln in text.splitlines()):
+                return
+        time.sleep(0.05)
+    raise SystemExit(f"server with metrics port {metrics_port} not ready within {timeout_s:.0f} s")
 
 
 def null_servers(stack: contextlib.ExitStack, count: int, port: int, max_queue: int = 4096) -> str:
