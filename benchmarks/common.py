@@ -200,12 +200,15 @@ def wait_metric_ready(metrics_port: int, timeout_s: float) -> None:
     """Until ``netgain_ready`` reads 1 on this server's own /metrics (set just before SERVING)."""
     import urllib.request
 
+    from prometheus_client.parser import text_string_to_metric_families
+
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
             with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
-                text = r.read().decode()
-            if any(ln.startswith("netgain_ready{") and ln.endswith(" 1.0") for ln in text.splitlines()):
+                families = text_string_to_metric_families(r.read().decode())
+            ready = (s.value for f in families if f.name == "netgain_ready" for s in f.samples)
+            if any(v == 1 for v in ready):
                 return
         time.sleep(0.05)
     raise SystemExit(f"server with metrics port {metrics_port} not ready within {timeout_s:.0f} s")
