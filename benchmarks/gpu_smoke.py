@@ -32,7 +32,7 @@ def main() -> int:
             gpu_lines = [ln for ln in metrics.splitlines() if ln.startswith("netgain_gpu_")]
             print(
                 f"{model} {dtype}: outputs={len(resp.outputs)} trailer={md.get('server-timing')} "
-                f"batch={md.get('x-batch')} device={info.device} gpu={info.versions.get('gpu')} "
+                f"device={info.device} gpu={info.versions.get('gpu')} "
                 f"driver={info.versions.get('driver')} "
                 f"cold={[(c.name, round(c.duration_s, 3)) for c in info.cold_start]}"
             )

@@ -104,7 +104,7 @@ class Server:
             self.handler,
             self.runners,
             self.requests,
-            PipelineConfig(cfg.max_batch_size, cfg.max_queue_delay_ms, cfg.pre_threads),
+            PipelineConfig(cfg.max_batch_size, cfg.max_queue_delay_ms, cfg.pre_threads, cfg.instrumentation),
             self.servicer.deliver,
             self._on_batch,
         )
@@ -126,7 +126,7 @@ class Server:
 
     def _on_batch(self, batch: Batch, result: Any) -> None:
         size = batch.rows[-1][2] if batch.rows else 0
-        self.recorder.batch_done(size, result.kernel_ns if result is not None else 0)
+        self.recorder.batch_done(size, result.kernel_ns if result is not None else 0, batch.requests)
 
     # -- info and profiling ----------------------------------------------------------
     def info(self) -> pb.ServerInfoResponse:

@@ -14,14 +14,7 @@ import grpc
 from protos import inference_pb2 as pb
 from server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
 from server.telemetry.recorder import Recorder
-from server.timing import (
-    BATCH_KEY,
-    REQUEST_ID_KEY,
-    TIMING_KEY,
-    encode_batch,
-    encode_phases,
-    phase_values,
-)
+from server.timing import REQUEST_ID_KEY, TIMING_KEY, encode_phases, phase_values, trailer_value
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}\Z")  # \Z: "$" would accept a trailing newline
 
@@ -96,9 +89,12 @@ class InferenceServicer:
     def _trailers(self, p: Pending, total_ns: int) -> tuple[tuple[str, str], ...]:
         if not self.instrumented:
             return ((REQUEST_ID_KEY, p.request_id),)
+        if p.timing_head:  # the pipeline formatted all but post and total
+            timing = trailer_value(p.timing_head, p.spans["post"], total_ns, p.batch_id, p.batch_size)
+        else:
+            timing = encode_phases(phase_values(p.spans), total_ns, p.batch_id, p.batch_size)
         return (
-            (TIMING_KEY, encode_phases(phase_values(p.spans), total_ns)),
-            (BATCH_KEY, encode_batch(p.batch_id, p.batch_size)),
+            (TIMING_KEY, timing),
             (REQUEST_ID_KEY, p.request_id),
         )
 

@@ -10,7 +10,6 @@ from operator import itemgetter
 
 PHASES: tuple[str, ...] = ("queue", "pre", "h2d", "kernel", "d2h", "post")
 TIMING_KEY = "server-timing"
-BATCH_KEY = "x-batch"
 REQUEST_ID_KEY = "x-request-id"
 
 
@@ -19,9 +18,15 @@ def encode_server_timing(durations_ns: Mapping[str, int]) -> str:
     return ", ".join(f"{name};dur={ns / 1e6:.3f}" for name, ns in durations_ns.items())
 
 
-# One %-format with seven floats: a third of the cost of formatting each entry (~2 vs ~7 µs),
-# paid on every response (issue 2's instrumentation-overhead budget).
-_TRAILER_FORMAT = ", ".join(f"{name};dur=%.3f" for name in (*PHASES, "total"))
+# The trailer is formatted in three steps so that each value is formatted once where it becomes
+# known: the batch-wide phases once per batch, the queue once per request on a post-processing
+# thread, and only post and total on the event loop (issue 2's instrumentation-overhead budget:
+# float formatting was the largest Python cost per response, measured with cachegrind). The batch
+# rides in the same trailer as a Server-Timing entry without dur: each metadata entry costs gRPC
+# thousands of instructions per response on top of its formatting.
+_BATCH_PHASES_FORMAT = "pre;dur=%.3f, h2d;dur=%.3f, kernel;dur=%.3f, d2h;dur=%.3f"
+_HEAD_FORMAT = "queue;dur=%.3f, %s"
+_TAIL_FORMAT = "%s, post;dur=%.3f, total;dur=%.3f, batch;id=%d;size=%d"
 _phase_values = itemgetter(*PHASES)
 
 
@@ -33,19 +38,27 @@ def phase_values(spans: Mapping[str, int]) -> Sequence[int]:
         return [spans.get(phase, 0) for phase in PHASES]
 
 
-def encode_phases(phases_ns: Sequence[int], total_ns: int) -> str:
-    """The trailer for a finished request: every phase in PHASES order, then total; same format
-    as ``encode_server_timing``."""
+def batch_phases_part(pre_ns: int, h2d_ns: int, kernel_ns: int, d2h_ns: int) -> str:
+    """The phases every request of a batch shares, formatted once per batch."""
+    return _BATCH_PHASES_FORMAT % (pre_ns / 1e6, h2d_ns / 1e6, kernel_ns / 1e6, d2h_ns / 1e6)
+
+
+def trailer_head(queue_ns: int, batch_part: str) -> str:
+    """Everything up to post: the request's queue, then its batch's phases."""
+    return _HEAD_FORMAT % (queue_ns / 1e6, batch_part)
+
+
+def trailer_value(head: str, post_ns: int, total_ns: int, batch_id: int, batch_size: int) -> str:
+    """The finished trailer: ``head``, post, total, then ``batch;id=<id>;size=<items>`` (id -1:
+    never batched). Same format as ``encode_server_timing`` plus the batch entry."""
+    return _TAIL_FORMAT % (head, post_ns / 1e6, total_ns / 1e6, batch_id, batch_size)
+
+
+def encode_phases(phases_ns: Sequence[int], total_ns: int, batch_id: int, batch_size: int) -> str:
+    """The whole trailer in one call, for requests that never reached post-processing."""
     q, pre, h2d, kernel, d2h, post = phases_ns
-    return _TRAILER_FORMAT % (
-        q / 1e6,
-        pre / 1e6,
-        h2d / 1e6,
-        kernel / 1e6,
-        d2h / 1e6,
-        post / 1e6,
-        total_ns / 1e6,
-    )
+    head = trailer_head(q, batch_phases_part(pre, h2d, kernel, d2h))
+    return trailer_value(head, post, total_ns, batch_id, batch_size)
 
 
 def parse_server_timing(value: str) -> dict[str, float]:
@@ -53,30 +66,32 @@ def parse_server_timing(value: str) -> dict[str, float]:
 
     Raises ValueError with the offending entry when a dur is not a number.
     """
-    out: dict[str, float] = {}
+    return parse_trailer(value)[0]
+
+
+def parse_batch(value: str) -> tuple[int, int] | None:
+    """The ``batch;id=12;size=8`` entry of a server-timing value → ``(12, 8)``; None when there is
+    none."""
+    return parse_trailer(value)[1]
+
+
+def parse_trailer(value: str) -> tuple[dict[str, float], tuple[int, int] | None]:
+    """One pass over a server-timing value: ``({name: dur_ms}, (batch id, batch size) or None)``.
+    A batch field that is missing reads -1. Raises ValueError naming the entry when a dur or a
+    batch field is not a number."""
+    durations: dict[str, float] = {}
+    batch: tuple[int, int] | None = None
     for entry in value.split(","):
         parts = [p.strip() for p in entry.split(";")]
         name = parts[0]
         if not name:
             continue
-        for param in parts[1:]:
-            key, _, raw = param.partition("=")
-            if key.strip() == "dur":
-                try:
-                    out[name] = float(raw.strip().strip('"'))
-                except ValueError:
-                    raise ValueError(f"server-timing entry {entry.strip()!r}: dur is not a number") from None
-    return out
-
-
-def encode_batch(batch_id: int, batch_size: int) -> str:
-    return f"id={batch_id};size={batch_size}"
-
-
-def parse_batch(value: str) -> tuple[int, int]:
-    """``"id=12;size=8"`` → ``(12, 8)``; missing fields are -1."""
-    fields = dict(p.partition("=")[::2] for p in value.split(";"))
-    try:
-        return int(fields.get("id", -1)), int(fields.get("size", -1))
-    except ValueError:
-        raise ValueError(f"x-batch value {value!r} is not id=<int>;size=<int>") from None
+        params = {k.strip(): v for k, _, v in (p.partition("=") for p in parts[1:])}
+        try:
+            if "dur" in params:
+                durations[name] = float(params["dur"].strip().strip('"'))
+            elif name == "batch":
+                batch = int(params.get("id", -1)), int(params.get("size", -1))
+        except ValueError:
+            raise ValueError(f"server-timing entry {entry.strip()!r}: not a number") from None
+    return durations, batch

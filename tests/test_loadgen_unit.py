@@ -102,17 +102,19 @@ def test_parse_trailers() -> None:
     md = (
         (
             "server-timing",
-            "queue;dur=1.5, pre;dur=0.25, h2d;dur=0, kernel;dur=3, d2h;dur=0, post;dur=0.5, total;dur=5.3",
+            "queue;dur=1.5, pre;dur=0.25, h2d;dur=0, kernel;dur=3, d2h;dur=0, post;dur=0.5, total;dur=5.3, "
+            "batch;id=42;size=8",
         ),
-        ("x-batch", "id=42;size=8"),
     )
     out = parse_trailers(md)
     assert out["queue_ms"] == 1.5 and out["kernel_ms"] == 3.0 and out["server_total_ms"] == 5.3
     assert out["batch_id"] == 42 and out["batch_size"] == 8
     empty = parse_trailers(())
     assert empty["queue_ms"] is None and empty["batch_id"] is None
-    bad = parse_trailers((("server-timing", "queue;dur=abc"), ("x-batch", "id=-1;size=0")))
+    bad = parse_trailers((("server-timing", "queue;dur=abc, batch;id=1;size=1"),))
     assert bad["queue_ms"] is None and bad["batch_id"] is None
+    unbatched = parse_trailers((("server-timing", "queue;dur=0.5, batch;id=-1;size=0"),))
+    assert unbatched["queue_ms"] == 0.5 and unbatched["batch_id"] is None and unbatched["batch_size"] is None
 
 
 def test_log_histogram_percentiles_within_one_percent() -> None:

@@ -70,7 +70,7 @@ def test_image_on_cuda_has_device_spans(image_cuda: ServerHandle) -> None:
     for resp, trailers in results:
         assert len(resp.outputs) == 1
         check_gpu_spans(trailers)
-    assert max(parse_batch(tr["x-batch"])[1] for _, tr in results) > 1
+    assert max((parse_batch(tr["server-timing"]) or (0, 0))[1] for _, tr in results) > 1
     info = image_cuda.stub().ServerInfo(pb.ServerInfoRequest(), timeout=10)
     assert info.device.startswith("cuda") and info.versions.get("gpu")
 

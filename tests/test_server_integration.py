@@ -49,7 +49,9 @@ class Reply:
 
     @property
     def batch(self) -> tuple[int, int]:
-        return parse_batch(self.trailers["x-batch"])
+        batch = parse_batch(self.trailers["server-timing"])
+        assert batch is not None, self.trailers
+        return batch
 
 
 def infer(

@@ -25,11 +25,11 @@ from server.telemetry.recorder import SpanLog, span_record
 from server.telemetry.samplers import thread_role
 from server.timing import (
     PHASES,
-    encode_batch,
     encode_phases,
     encode_server_timing,
     parse_batch,
     parse_server_timing,
+    parse_trailer,
 )
 
 MS = 1_000_000
@@ -205,7 +205,9 @@ class TestServerTiming:
     @given(st.lists(st.integers(0, 10**11), min_size=len(PHASES) + 1, max_size=len(PHASES) + 1))
     def test_fast_encoder_matches_general_one(self, values: list[int]) -> None:
         spans = dict(zip([*PHASES, "total"], values, strict=True))
-        assert encode_phases(values[:-1], values[-1]) == encode_server_timing(spans)
+        value = encode_phases(values[:-1], values[-1], 5, 3)
+        assert value == encode_server_timing(spans) + ", batch;id=5;size=3"
+        assert parse_trailer(value) == (parse_server_timing(encode_server_timing(spans)), (5, 3))
 
     def test_parse_w3c_variants(self) -> None:
         value = 'cache;desc="hit", db;dur="53.2";desc=x,  app ; dur = 47.2 ,, '
@@ -215,11 +217,12 @@ class TestServerTiming:
         with pytest.raises(ValueError, match=r"'pre;dur=fast'.*not a number"):
             parse_server_timing("queue;dur=0.1, pre;dur=fast")
 
-    def test_batch_round_trip_and_errors(self) -> None:
-        assert parse_batch(encode_batch(12, 8)) == (12, 8)
-        assert parse_batch("size=3") == (-1, 3)
-        with pytest.raises(ValueError, match="x-batch value"):
-            parse_batch("id=x;size=2")
+    def test_batch_entry_and_errors(self) -> None:
+        assert parse_batch(encode_phases([0] * len(PHASES), 0, 12, 8)) == (12, 8)
+        assert parse_batch("queue;dur=0.1, batch;size=3") == (-1, 3)
+        assert parse_batch("queue;dur=0.1") is None
+        with pytest.raises(ValueError, match=r"'batch;id=x;size=2'.*not a number"):
+            parse_batch("queue;dur=0.1, batch;id=x;size=2")
 
 
 # -- Pipeline -----------------------------------------------------------------------------------------
@@ -519,6 +522,7 @@ def test_recorder_observes_with_exemplars_and_writes_span_log(tmp_path: Any) -> 
     rec = Recorder(metrics, SpanLog(str(path)), wall_offset_ns=0)
     long_id = "r" * 128  # the longest id the servicer accepts
     # Totals in different buckets: a bucket keeps only its latest exemplar.
+    batch = []
     for rid, code, total in (
         ("short", "OK", 6_000),
         (long_id, "OK", 60_000_000),
@@ -528,7 +532,8 @@ def test_recorder_observes_with_exemplars_and_writes_span_log(tmp_path: Any) -> 
         p.code = code
         p.spans = {phase: 1_000 for phase in PHASES}
         rec.request_done(p, total)
-    rec.batch_done(2, 5_000)
+        batch.append(p)
+    rec.batch_done(2, 5_000, batch)
     rec.start()
     rec.stop()  # drains what is left, closes the span log
     assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["short", long_id, "bad"]
@@ -542,11 +547,49 @@ def test_recorder_observes_with_exemplars_and_writes_span_log(tmp_path: Any) -> 
         )
         == 2
     )
+    assert registry.get_sample_value(
+        "netgain_phase_duration_seconds_sum", {"model": "null", "device": "cpu", "phase": "kernel"}
+    ) == pytest.approx(2e-6)
     assert registry.get_sample_value("netgain_batches_total", {"model": "null", "device": "cpu"}) == 1
     assert rec.kernel_ns_total == 5_000
     exposition = generate_openmetrics(registry).decode()
     assert 'request_id="short"' in exposition and 'request_id="' + long_id[:100] in exposition
     assert "request_id" not in generate_latest(registry).decode()
+
+
+def test_duration_histograms_batch_shared_phases_equal_per_request_observations() -> None:
+    """Per-request series plus a batch's shared phases once with a count export exactly what
+    every value of every request observed one by one does (counts, sums, bucket edges)."""
+    import numpy as np
+    from prometheus_client import CollectorRegistry
+
+    from server.telemetry.histograms import ALL, PER_REQUEST, SERIES, SHARED, DurationHistograms
+
+    rng = np.random.default_rng(7)
+    bounds = list(DURATION_BUCKETS)
+    split, whole = DurationHistograms({"model": "m"}, bounds), DurationHistograms({"model": "m"}, bounds)
+    for batch in range(20):
+        n = int(rng.integers(1, 33))
+        rows = rng.lognormal(np.log(2e-3), 2.0, size=(n, len(SERIES)))
+        shared = rows[0, list(SHARED)].copy()
+        shared[batch % len(shared)] = bounds[batch % len(bounds)]  # a value on a bucket edge
+        rows[:, list(SHARED)] = shared  # a batch shares these phases
+        ids = [f"b{batch}-{i}" for i in range(n)]
+        split.add(rows[:, list(PER_REQUEST)], ids, PER_REQUEST)
+        split.add_repeated(SHARED, shared.tolist(), n)
+        whole.add(rows, ids, ALL)
+    got, want = CollectorRegistry(), CollectorRegistry()
+    got.register(split)
+    want.register(whole)
+    samples = {
+        (smp.name, tuple(sorted(smp.labels.items()))): smp.value for f in got.collect() for smp in f.samples
+    }
+    expected = {
+        (smp.name, tuple(sorted(smp.labels.items()))): smp.value for f in want.collect() for smp in f.samples
+    }
+    assert samples.keys() == expected.keys()
+    for key, value in expected.items():
+        assert samples[key] == pytest.approx(value, rel=1e-12), key
 
 
 def test_resolve_device(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,7 +31,7 @@ from loadgen.payloads import PayloadFactory
 from loadgen.runner import frames
 from loadgen.runner.protocol import PHASE_COLUMNS, Plan, empty_columns
 from protos.service import SERVICE_NAME
-from server.timing import BATCH_KEY, PHASES, REQUEST_ID_KEY, TIMING_KEY, parse_batch, parse_server_timing
+from server.timing import PHASES, REQUEST_ID_KEY, TIMING_KEY, parse_trailer
 
 log = logging.getLogger("netgain.loadgen")
 FLUSH_INTERVAL_S = 0.25
@@ -58,20 +58,15 @@ def parse_trailers(md: Any) -> dict[str, Any]:
     for key, value in md or ():
         if key == TIMING_KEY:
             try:
-                timing = parse_server_timing(value)
+                timing, batch = parse_trailer(value)
             except ValueError:
                 continue
             for phase in PHASES:
                 if phase in timing:
                     out[f"{phase}_ms"] = timing[phase]
             out["server_total_ms"] = timing.get("total")
-        elif key == BATCH_KEY:
-            try:
-                bid, bsize = parse_batch(value)
-            except ValueError:
-                continue
-            out["batch_id"] = bid if bid >= 0 else None
-            out["batch_size"] = bsize if bid >= 0 else None
+            if batch is not None and batch[0] >= 0:
+                out["batch_id"], out["batch_size"] = batch
     return out
 
 

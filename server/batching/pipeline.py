@@ -22,6 +22,7 @@ from server.batching.queue import Pending, RequestQueue
 from server.device import DeviceOutOfMemory, DeviceRunner
 from server.handlers.base import Handler, InvalidInput
 from server.threadnames import name_os_thread
+from server.timing import batch_phases_part, trailer_head
 
 log = logging.getLogger("netgain.server")
 
@@ -44,6 +45,7 @@ class PipelineConfig:
     max_batch_size: int = 8
     max_queue_delay_ms: float = 2.0
     pre_threads: int = 2
+    trailers: bool = True  # format the server-timing trailer's head on the pipeline's threads
 
 
 class Pipeline:
@@ -249,12 +251,22 @@ class Pipeline:
             self.on_batch(batch, result)
 
     def _finish(self, reqs: list[Pending], batch_id: int, size: int, post_start_ns: int) -> None:
+        """Hand finished requests back. Every caller passes requests that share their batch-wide
+        phases (each stage sets them for the whole batch), so those are formatted once."""
+        parts: dict[tuple[int, ...], str] = {}
         for p in reqs:
             p.batch_id = batch_id
             p.batch_size = size
             p.post_start_ns = post_start_ns
+            spans = p.spans
             for phase in ("pre", "h2d", "kernel", "d2h"):
-                p.spans.setdefault(phase, 0)
+                spans.setdefault(phase, 0)
+            if self.config.trailers:
+                key = (spans["pre"], spans["h2d"], spans["kernel"], spans["d2h"])
+                part = parts.get(key)
+                if part is None:
+                    part = parts[key] = batch_phases_part(*key)
+                p.timing_head = trailer_head(spans["queue"], part)
         self.deliver(reqs)
 
 

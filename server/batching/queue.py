@@ -43,6 +43,8 @@ class Pending:
     spans: dict[str, int] = field(default_factory=dict)
     # perf_counter_ns when post-processing of this request's batch started.
     post_start_ns: int = 0
+    # The server-timing trailer up to post, formatted off the event loop ("" when not made).
+    timing_head: str = ""
 
     @property
     def n_items(self) -> int:
