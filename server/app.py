@@ -86,7 +86,9 @@ class Server:
         self.metrics = ServerMetrics(self.registry, self.handler.name, self.device)
         self.requests = RequestQueue(cfg.max_queue_size)
         span_log = SpanLog(cfg.span_log, cfg.span_log_max_bytes) if cfg.span_log else None
-        self.recorder = Recorder(self.metrics if cfg.instrumentation else None, span_log)
+        self.recorder = Recorder(
+            self.metrics if cfg.instrumentation else None, span_log, cfg.recorder_interval_s
+        )
         self.runners = [
             DeviceRunner(self.handler, self.device, cfg.dtype, cfg.nvtx, cfg.cuda_graphs)
             for _ in range(cfg.instances)

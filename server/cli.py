@@ -81,6 +81,13 @@ def add_parser(sub: Any) -> None:
         help="no trailers' spans, no histograms (to measure instrumentation overhead)",
     )
     flag(p, "--sample-interval-s", type=float, default=1.0, help="CPU/GPU sampling period")
+    flag(
+        p,
+        "--recorder-interval-s",
+        type=float,
+        default=0.05,
+        help="how often finished requests become histogram observations and span-log lines",
+    )
     flag(p, "--ports-file", default=None, help="write the bound ports as JSON here once listening")
     flag(p, "--grace-s", type=float, default=30.0, help="time to finish in-flight requests on SIGTERM")
     flag(
@@ -124,6 +131,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         cuda_graphs=args.cuda_graphs,
         instrumentation=not args.no_instrumentation,
         sample_interval_s=args.sample_interval_s,
+        recorder_interval_s=args.recorder_interval_s,
         ports_file=args.ports_file,
         grace_s=args.grace_s,
         switch_interval_ms=args.switch_interval_ms,

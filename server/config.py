@@ -34,6 +34,7 @@ class ServeConfig:
     cuda_graphs: bool = False
     instrumentation: bool = True
     sample_interval_s: float = 1.0
+    recorder_interval_s: float = 0.05
     ports_file: str | None = None
     grace_s: float = 30.0
     switch_interval_ms: float = 1.0
@@ -54,6 +55,7 @@ class ServeConfig:
             (bool(self.tls_cert) == bool(self.tls_key), "--tls-cert and --tls-key go together"),
             (not self.tls_client_ca or bool(self.tls_cert), "--tls-client-ca needs --tls-cert and --tls-key"),
             (self.sample_interval_s > 0, "--sample-interval-s must be > 0"),
+            (self.recorder_interval_s > 0, "--recorder-interval-s must be > 0"),
             (self.switch_interval_ms > 0, "--switch-interval-ms must be > 0"),
         ]
         for ok, message in checks:

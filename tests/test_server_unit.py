@@ -440,6 +440,7 @@ def test_validate_request() -> None:
         ("tls_cert", "cert.pem", "--tls-cert and --tls-key go together"),
         ("tls_client_ca", "ca.pem", "--tls-client-ca needs --tls-cert"),
         ("sample_interval_s", 0.0, "--sample-interval-s must be > 0"),
+        ("recorder_interval_s", 0.0, "--recorder-interval-s must be > 0"),
     ],
 )
 def test_serve_config_validate_messages(field: str, value: Any, message: str) -> None:
