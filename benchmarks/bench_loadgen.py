@@ -145,7 +145,7 @@ def stock_locust(target: str, users: int, duration: float) -> dict:
             "-r",
             str(users),
             "-t",
-            f"{int(duration)}s",
+            f"{max(2, round(duration))}s",  # under ~2 s stock Locust may finish before its users send
             "-H",
             target,
             "--csv",
@@ -159,6 +159,8 @@ def stock_locust(target: str, users: int, duration: float) -> dict:
     )
     with open(prefix + "_stats.csv") as fh:
         row = next(r for r in csv.DictReader(fh) if r["Name"] == "Aggregated")
+    if int(row["Request Count"]) == 0:  # its percentiles read "N/A"
+        raise SystemExit(f"stock Locust sent no request in {duration:g} s; use a longer --duration")
     return {
         "rps": float(row["Requests/s"]),
         "p50": float(row["50%"]),
