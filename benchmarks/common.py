@@ -101,6 +101,56 @@ async def _closed_loop(
     return {"lat": lat, "errors": errors, "seconds": duration_s}
 
 
+async def _alternating(
+    targets: list[str], body: bytes, duration_s: float, warmup_s: float
+) -> dict[str, object]:
+    """One request at a time, to each target in turn: each pair of requests sees the same moment
+    of the host, so a latency difference between the targets is not drift between runs."""
+    import grpc
+
+    from protos.service import SERVICE_NAME
+
+    channels = [grpc.aio.insecure_channel(t) for t in targets]
+    calls = [ch.unary_unary(f"/{SERVICE_NAME}/Infer") for ch in channels]
+    lat: list[list[float]] = [[] for _ in targets]
+    t_measure = time.perf_counter() + warmup_s
+    t_end = t_measure + duration_s
+    errors = 0
+    n = 0
+    while True:
+        now = time.perf_counter()
+        if now >= t_end:
+            break
+        for i, call in enumerate(calls):
+            t0 = time.perf_counter()
+            try:
+                await call(body, metadata=(("x-request-id", f"a{i}-{n}"),), timeout=30)
+            except grpc.aio.AioRpcError:
+                errors += now >= t_measure
+                continue
+            if now >= t_measure:
+                lat[i].append((time.perf_counter() - t0) * 1e3)
+        n += 1
+    for ch in channels:
+        await ch.close()
+    return {"lat_by_target": lat, "errors": errors, "seconds": duration_s}
+
+
+def run_alternating(
+    targets: list[str], model: str, *, duration: float, warmup: float = 1.0, options: list[str] | None = None
+) -> list[np.ndarray]:
+    """Latencies (ms) per target from one client process sending to each target in turn."""
+    out = os.path.join(tempfile.mkdtemp(), "alt.json")
+    cmd = [sys.executable, os.path.abspath(__file__), "--target", ",".join(targets), "--model", model]
+    cmd += ["--alternate", "--duration", str(duration), "--warmup", str(warmup), "--out", out]
+    for o in options or []:
+        cmd += ["--option", o]
+    subprocess.run(cmd, check=True)
+    with open(out) as fh:
+        r = json.load(fh)
+    return [np.asarray(x) for x in r["lat_by_target"]]
+
+
 def client_main() -> None:
     import argparse
 
@@ -118,9 +168,15 @@ def client_main() -> None:
     ap.add_argument("--rate", type=float, default=0.0)
     ap.add_argument("--connections", type=int, default=8)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--alternate", action="store_true", help="targets (comma-separated) in turn")
     a = ap.parse_args()
     opts = dict(o.split("=", 1) for o in a.option)
     body = PayloadFactory(a.model, opts).request_bytes(0, a.size, a.items)
+    if a.alternate:
+        alt = asyncio.run(_alternating(a.target.split(","), body, a.duration, a.warmup))
+        with open(a.out, "w") as fh:
+            json.dump(alt, fh)
+        return
     res = asyncio.run(
         _closed_loop(a.target, body, a.concurrency, a.duration, a.warmup, a.rate, a.connections)
     )
