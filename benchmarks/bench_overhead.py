@@ -168,7 +168,8 @@ def main() -> None:
             on, off = res[True][-1], res[False][-1]
             print(
                 f"{model} trial {trial + 1}: req/s off {off[0]:.0f} on {on[0]:.0f} "
-                f"lost {(1 - on[0] / off[0]) * 100:+.2f} %, CPU/req off {off[2]:.0f} on {on[2]:.0f} us",
+                f"lost {(1 - on[0] / off[0]) * 100:+.2f} %, CPU/req off {off[2]:.0f} on {on[2]:.0f} us, "
+                f"p50 off {off[1] * 1e3:.0f} on {on[1] * 1e3:.0f} us",
                 flush=True,
             )
         paired = sorted((1 - on[0] / off[0]) * 100 for on, off in zip(res[True], res[False], strict=True))
