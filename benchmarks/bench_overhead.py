@@ -36,7 +36,7 @@ def measure(
     procs: int,
     conc: int,
     cpus: tuple[set[int] | None, set[int] | None],
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, float]:
     args = ["--model", model, "--device", device, "--pre-threads", "4", *MODELS[model]]
     if not instrumented:
         args.append("--no-instrumentation")
@@ -55,7 +55,7 @@ def measure(
             one = run_clients(
                 server.target, model, processes=1, concurrency=1, duration=duration / 2, options=opts
             )
-    return sat.rps, one.pct(50), cpu_us
+    return sat.rps, one.pct(50), cpu_us, sat.client_cores
 
 
 def side_by_side_cpus(server_share: int) -> list[tuple[set[int], set[int]]] | None:
@@ -78,7 +78,7 @@ def measure_side_by_side(
     procs: int,
     conc: int,
     sets: list[tuple[set[int], set[int]]],
-) -> dict[bool, tuple[float, float, float]]:
+) -> dict[bool, tuple[float, float, float, float]]:
     """On and off at the same time, each server and its clients on their own cores (``sets[0]``
     for instrumentation on): whatever else the host does in that window hits both alike."""
     opts = ["size=64"] if model == "image" else []
@@ -103,7 +103,7 @@ def measure_side_by_side(
                     sp.target, model, processes=procs, concurrency=conc, duration=duration, options=opts
                 )
                 cpu_us = (sum(proc.cpu_times()[:2]) - before) / max(1.0, sat.rps * (duration + 1.0)) * 1e6
-            return sat.rps, cpu_us
+            return sat.rps, cpu_us, sat.client_cores
 
         with ThreadPoolExecutor(2) as ex:
             futures = {
@@ -117,7 +117,10 @@ def measure_side_by_side(
                 [servers[True].target, servers[False].target], model, duration=duration, options=opts
             )
         p50 = {True: float(np.median(on_ms)), False: float(np.median(off_ms))}
-        return {instr: (saturated[instr][0], p50[instr], saturated[instr][1]) for instr in (True, False)}
+        return {
+            instr: (saturated[instr][0], p50[instr], saturated[instr][1], saturated[instr][2])
+            for instr in (True, False)
+        }
 
 
 def main() -> None:
@@ -152,7 +155,7 @@ def main() -> None:
         print(f"server on cores {sorted(cpus[0])}, clients on {sorted(cpus[1] or ())}")
     rows = []
     for model in a.models.split(","):
-        res: dict[bool, list[tuple[float, float, float]]] = {True: [], False: []}
+        res: dict[bool, list[tuple[float, float, float, float]]] = {True: [], False: []}
         # Paired trials, on/off order alternating, so drift and order hit both sides alike.
         for trial in range(a.trials):
             if pairs:
@@ -169,7 +172,8 @@ def main() -> None:
             print(
                 f"{model} trial {trial + 1}: req/s off {off[0]:.0f} on {on[0]:.0f} "
                 f"lost {(1 - on[0] / off[0]) * 100:+.2f} %, CPU/req off {off[2]:.0f} on {on[2]:.0f} us, "
-                f"p50 off {off[1] * 1e3:.0f} on {on[1] * 1e3:.0f} us",
+                f"p50 off {off[1] * 1e3:.0f} on {on[1] * 1e3:.0f} us, "
+                f"client cores busy off {off[3]:.2f} on {on[3]:.2f}",
                 flush=True,
             )
         paired = sorted((1 - on[0] / off[0]) * 100 for on, off in zip(res[True], res[False], strict=True))

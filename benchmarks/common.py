@@ -29,6 +29,13 @@ class LoadResult:
     seconds: float
     latencies_ms: np.ndarray
     items: int
+    client_cpu_s: float = 0.0  # CPU seconds the client processes spent sending and receiving
+
+    @property
+    def client_cores(self) -> float:
+        """Cores the clients kept busy over the run (warm-up included): near the cores they were
+        given means the clients, not the server, set the pace."""
+        return self.client_cpu_s / self.seconds
 
     @property
     def rps(self) -> float:
@@ -63,6 +70,7 @@ async def _closed_loop(
     channels = [grpc.aio.insecure_channel(target, opts) for _ in range(connections)]
     calls = [ch.unary_unary(f"/{SERVICE_NAME}/Infer") for ch in channels]
     t_start = time.perf_counter()
+    cpu_start = time.process_time()
     t_measure = t_start + warmup_s
     t_end = t_measure + duration_s
     interval = concurrency / rate if rate > 0 else 0.0
@@ -96,9 +104,10 @@ async def _closed_loop(
                     errors += 1
 
     await asyncio.gather(*(user(k) for k in range(concurrency)))
+    cpu_s = (time.process_time() - cpu_start) * duration_s / (time.perf_counter() - t_start)
     for ch in channels:
         await ch.close()
-    return {"lat": lat, "errors": errors, "seconds": duration_s}
+    return {"lat": lat, "errors": errors, "seconds": duration_s, "cpu_s": cpu_s}
 
 
 async def _alternating(
@@ -229,13 +238,15 @@ def run_clients(
         procs.append((subprocess.Popen(cmd), out))
     lat: list[float] = []
     errors = 0
+    cpu_s = 0.0
     for p, out in procs:
         p.wait()
         with open(out) as fh:
             r = json.load(fh)
         lat += r["lat"]
         errors += r["errors"]
-    return LoadResult(len(lat), errors, duration, np.asarray(lat), items)
+        cpu_s += r.get("cpu_s", 0.0)
+    return LoadResult(len(lat), errors, duration, np.asarray(lat), items, cpu_s)
 
 
 def shared_port_servers(stack: contextlib.ExitStack, count: int, args: list[str], port: int) -> str:
