@@ -5,7 +5,8 @@ Usage: python benchmarks/bench_overhead.py [--device cpu|cuda] [--duration 5] [-
 
 Sequential trials (the default) compare runs seconds apart; on a shared host that drift was as
 large as the effect (+-10 % between trials of the same setting). ``--side-by-side`` runs both
-servers at once on disjoint cores, swapping the cores every trial.
+servers at once on disjoint cores, swapping the cores every trial, and takes p50 (one request at
+a time) from one client that sends to the two servers in turn.
 """
 
 from __future__ import annotations
