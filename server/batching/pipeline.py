@@ -248,13 +248,13 @@ class Pipeline:
                 p.fail("INTERNAL", f"postprocess error: {type(exc).__name__}: {exc}")
         if self.on_batch is not None:
             self.on_batch(batch, result)
-        # Last: once the event loop is woken it wants the GIL, and any Python this thread still
-        # ran after that made the loop wait for a handoff (measured: tens of us per request).
+        # Last, so that nothing this thread runs competes for the GIL with the event loop it wakes
+        # (no effect on p50 could be measured either way; docs/benchmarks.md).
         self._finish(batch.requests, batch.batch_id, size, t0)
 
     def _finish(self, reqs: list[Pending], batch_id: int, size: int, post_start_ns: int) -> None:
-        """Hand finished requests back. Every caller passes requests that share their batch-wide
-        phases (each stage sets them for the whole batch), so those are formatted once."""
+        """Hand finished requests back. Each stage sets the batch-wide phases for a whole batch, so
+        they are formatted once per distinct set (once per call in practice)."""
         parts: dict[tuple[int, ...], str] = {}
         for p in reqs:
             p.batch_id = batch_id
