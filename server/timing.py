@@ -5,6 +5,7 @@ Kept free of torch and grpc imports: the load generator parses trailers with it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from operator import itemgetter
 
@@ -75,10 +76,28 @@ def parse_batch(value: str) -> tuple[int, int] | None:
     return parse_trailer(value)[1]
 
 
+# This server's own trailer, exactly as encode_phases writes it: one regex match instead of a
+# split-and-partition per entry (17 -> ~4 us per response, paid by the load generator's sender
+# process on every response). Anything else takes the general path.
+_OWN_TRAILER = re.compile(
+    ", ".join(rf"{name};dur=(\d+\.\d+)" for name in (*PHASES, "total")) + r", batch;id=(-?\d+);size=(-?\d+)"
+)
+_OWN_NAMES = (*PHASES, "total")
+
+
 def parse_trailer(value: str) -> tuple[dict[str, float], tuple[int, int] | None]:
     """One pass over a server-timing value: ``({name: dur_ms}, (batch id, batch size) or None)``.
     A batch field that is missing reads -1. Raises ValueError naming the entry when a dur or a
     batch field is not a number."""
+    own = _OWN_TRAILER.fullmatch(value)
+    if own is not None:
+        g = own.groups()
+        return dict(zip(_OWN_NAMES, map(float, g[:7]), strict=True)), (int(g[7]), int(g[8]))
+    return parse_trailer_general(value)
+
+
+def parse_trailer_general(value: str) -> tuple[dict[str, float], tuple[int, int] | None]:
+    """``parse_trailer`` for any Server-Timing value (other servers', hand-written ones)."""
     durations: dict[str, float] = {}
     batch: tuple[int, int] | None = None
     for entry in value.split(","):

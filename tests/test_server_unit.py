@@ -30,6 +30,7 @@ from server.timing import (
     parse_batch,
     parse_server_timing,
     parse_trailer,
+    parse_trailer_general,
 )
 
 MS = 1_000_000
@@ -208,6 +209,19 @@ class TestServerTiming:
         value = encode_phases(values[:-1], values[-1], 5, 3)
         assert value == encode_server_timing(spans) + ", batch;id=5;size=3"
         assert parse_trailer(value) == (parse_server_timing(encode_server_timing(spans)), (5, 3))
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        st.lists(st.integers(0, 10**12), min_size=len(PHASES) + 1, max_size=len(PHASES) + 1),
+        st.integers(-1, 10**9),
+        st.integers(0, 4096),
+    )
+    def test_own_trailer_fast_path_equals_general(self, values: list[int], bid: int, size: int) -> None:
+        value = encode_phases(values[:-1], values[-1], bid, size)
+        assert parse_trailer(value) == parse_trailer_general(value)
+        # Anything else, even one character off the exact format, takes the general path.
+        spaced = value.replace(", ", ",  ")
+        assert parse_trailer(spaced) == parse_trailer_general(value)
 
     def test_parse_w3c_variants(self) -> None:
         value = 'cache;desc="hit", db;dur="53.2";desc=x,  app ; dur = 47.2 ,, '

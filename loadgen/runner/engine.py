@@ -51,20 +51,23 @@ CHANNEL_OPTIONS = [
 ]
 
 
+SERVER_COLUMNS = ("batch_id", "batch_size", *PHASE_COLUMNS, "server_total_ms")
+_NO_SERVER: dict[str, Any] = dict.fromkeys(SERVER_COLUMNS)
+_TIMING_COLUMNS = tuple(zip((*PHASES, "total"), (*PHASE_COLUMNS, "server_total_ms"), strict=True))
+
+
 def parse_trailers(md: Any) -> dict[str, Any]:
-    """Server phases, total and batch from trailing metadata; missing values are None."""
-    out: dict[str, Any] = {c: None for c in PHASE_COLUMNS}
-    out.update(server_total_ms=None, batch_id=None, batch_size=None)
+    """Server phases, total and batch from trailing metadata; missing values are None.
+    Runs once per response in the sender process, so column names are built once, here."""
+    out = dict(_NO_SERVER)
     for key, value in md or ():
         if key == TIMING_KEY:
             try:
                 timing, batch = parse_trailer(value)
             except ValueError:
                 continue
-            for phase in PHASES:
-                if phase in timing:
-                    out[f"{phase}_ms"] = timing[phase]
-            out["server_total_ms"] = timing.get("total")
+            for name, column in _TIMING_COLUMNS:
+                out[column] = timing.get(name)
             if batch is not None and batch[0] >= 0:
                 out["batch_id"], out["batch_size"] = batch
     return out
@@ -312,7 +315,7 @@ class Engine:
         c["items"].append(int(self.items[j]))
         c["request_bytes"].append(len(self.bodies[j]) if self.bodies else 0)
         c["response_bytes"].append(resp_bytes)
-        for key in ("batch_id", "batch_size", *PHASE_COLUMNS, "server_total_ms"):
+        for key in SERVER_COLUMNS:
             c[key].append(server.get(key))
 
     # -- CPU and flushing -------------------------------------------------------------------
