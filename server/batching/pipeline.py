@@ -256,6 +256,7 @@ class Pipeline:
         """Hand finished requests back. Each stage sets the batch-wide phases for a whole batch, so
         they are formatted once per distinct set (once per call in practice)."""
         parts: dict[tuple[int, ...], str] = {}
+        trailers = self.config.trailers
         for p in reqs:
             p.batch_id = batch_id
             p.batch_size = size
@@ -263,7 +264,7 @@ class Pipeline:
             spans = p.spans
             for phase in ("pre", "h2d", "kernel", "d2h"):
                 spans.setdefault(phase, 0)
-            if self.config.trailers:
+            if trailers:
                 key = (spans["pre"], spans["h2d"], spans["kernel"], spans["d2h"])
                 part = parts.get(key)
                 if part is None:

@@ -119,9 +119,13 @@ class Recorder:
         if self.metrics is None:
             self._batches.append((size, kernel_ns, (), 0))
             return
-        ok = sum(1 for p in requests if p.code == "OK")
-        spans = next((p.spans for p in requests if p.code == "OK"), None)
-        shared = tuple(spans.get(SERIES[s], 0) for s in SHARED) if spans is not None else ()
+        ok = 0
+        shared: tuple[int, ...] = ()
+        for p in requests:
+            if p.code == "OK":
+                if not ok:
+                    shared = tuple(p.spans.get(SERIES[s], 0) for s in SHARED)
+                ok += 1
         self._batches.append((size, kernel_ns, shared, ok))
 
     def stop(self) -> None:
