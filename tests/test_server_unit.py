@@ -1,4 +1,5 @@
-"""Unit tests of the server's parts, in process: batching queue, server-timing, pipeline, config."""
+"""Unit tests of the server's parts, in process: batching queue, pipeline, config, telemetry
+(the server-timing trailer: test_timing_unit.py)."""
 
 from __future__ import annotations
 
@@ -23,15 +24,7 @@ from server.service import Limits, validate_request
 from server.telemetry.metrics import DURATION_BUCKETS, log_buckets
 from server.telemetry.recorder import SpanLog, span_record
 from server.telemetry.samplers import thread_role
-from server.timing import (
-    PHASES,
-    encode_phases,
-    encode_server_timing,
-    parse_batch,
-    parse_server_timing,
-    parse_trailer,
-    parse_trailer_general,
-)
+from server.timing import PHASES
 
 MS = 1_000_000
 
@@ -186,57 +179,6 @@ class TestRequestQueue:
             assert total <= max_items or len(batch) == 1
             seen += ids(batch)
         assert seen == [f"r{i}" for i in range(len(sizes))]
-
-
-# -- server-timing ---------------------------------------------------------------------------------
-class TestServerTiming:
-    def test_encode_format(self) -> None:
-        value = encode_server_timing({"queue": 120_000, "pre": 480_000, "total": 1_234_567})
-        assert value == "queue;dur=0.120, pre;dur=0.480, total;dur=1.235"
-
-    @settings(max_examples=100, deadline=None)
-    @given(st.dictionaries(st.sampled_from([*PHASES, "total"]), st.integers(0, 10**11), min_size=1))
-    def test_round_trip(self, spans: dict[str, int]) -> None:
-        parsed = parse_server_timing(encode_server_timing(spans))
-        assert set(parsed) == set(spans)
-        for name, ns in spans.items():
-            assert parsed[name] == pytest.approx(ns / 1e6, abs=0.0006)
-
-    @settings(max_examples=100, deadline=None)
-    @given(st.lists(st.integers(0, 10**11), min_size=len(PHASES) + 1, max_size=len(PHASES) + 1))
-    def test_fast_encoder_matches_general_one(self, values: list[int]) -> None:
-        spans = dict(zip([*PHASES, "total"], values, strict=True))
-        value = encode_phases(values[:-1], values[-1], 5, 3)
-        assert value == encode_server_timing(spans) + ", batch;id=5;size=3"
-        assert parse_trailer(value) == (parse_server_timing(encode_server_timing(spans)), (5, 3))
-
-    @settings(max_examples=200, deadline=None)
-    @given(
-        st.lists(st.integers(0, 10**12), min_size=len(PHASES) + 1, max_size=len(PHASES) + 1),
-        st.integers(-1, 10**9),
-        st.integers(0, 4096),
-    )
-    def test_own_trailer_fast_path_equals_general(self, values: list[int], bid: int, size: int) -> None:
-        value = encode_phases(values[:-1], values[-1], bid, size)
-        assert parse_trailer(value) == parse_trailer_general(value)
-        # Anything else, even one character off the exact format, takes the general path.
-        spaced = value.replace(", ", ",  ")
-        assert parse_trailer(spaced) == parse_trailer_general(value)
-
-    def test_parse_w3c_variants(self) -> None:
-        value = 'cache;desc="hit", db;dur="53.2";desc=x,  app ; dur = 47.2 ,, '
-        assert parse_server_timing(value) == {"db": 53.2, "app": 47.2}
-
-    def test_parse_error_names_the_entry(self) -> None:
-        with pytest.raises(ValueError, match=r"'pre;dur=fast'.*not a number"):
-            parse_server_timing("queue;dur=0.1, pre;dur=fast")
-
-    def test_batch_entry_and_errors(self) -> None:
-        assert parse_batch(encode_phases([0] * len(PHASES), 0, 12, 8)) == (12, 8)
-        assert parse_batch("queue;dur=0.1, batch;size=3") == (-1, 3)
-        assert parse_batch("queue;dur=0.1") is None
-        with pytest.raises(ValueError, match=r"'batch;id=x;size=2'.*not a number"):
-            parse_batch("queue;dur=0.1, batch;id=x;size=2")
 
 
 # -- Pipeline -----------------------------------------------------------------------------------------
