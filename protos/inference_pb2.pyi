@@ -119,10 +119,12 @@ class ServerInfoResponse(_message.Message):
     def __init__(self, model: _Optional[str] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., batching: _Optional[_Union[BatchingConfig, _Mapping]] = ..., cold_start: _Optional[_Iterable[_Union[ColdStartPhase, _Mapping]]] = ..., pid: _Optional[int] = ..., start_unix_s: _Optional[float] = ..., ready: _Optional[bool] = ..., intra_op_threads: _Optional[int] = ..., host: _Optional[str] = ..., handler_options: _Optional[_Mapping[str, str]] = ..., metrics_port: _Optional[int] = ..., handler: _Optional[str] = ...) -> None: ...
 
 class ProfileRequest(_message.Message):
-    __slots__ = ("batches",)
+    __slots__ = ("batches", "ranges_only")
     BATCHES_FIELD_NUMBER: _ClassVar[int]
+    RANGES_ONLY_FIELD_NUMBER: _ClassVar[int]
     batches: int
-    def __init__(self, batches: _Optional[int] = ...) -> None: ...
+    ranges_only: bool
+    def __init__(self, batches: _Optional[int] = ..., ranges_only: _Optional[bool] = ...) -> None: ...
 
 class ProfileResponse(_message.Message):
     __slots__ = ("trace_path", "batches", "batch_ids")

@@ -156,13 +156,13 @@ class Server:
             metrics_port=self.metrics_port,
         )
 
-    def start_profile(self, batches: int) -> Any:
+    def start_profile(self, batches: int, ranges_only: bool = False) -> Any:
         if not self.cfg.profile_dir:
             raise ValueError("profiling is off: start the server with --profile-dir DIR")
         os.makedirs(self.cfg.profile_dir, exist_ok=True)
         self._profiles += 1
         path = os.path.join(self.cfg.profile_dir, f"trace-{os.getpid()}-{self._profiles}.json")
-        return self.pipeline.request_profile(batches, path)
+        return self.pipeline.request_profile(batches, path, ranges_only)
 
     def _intra_op_threads(self) -> int:
         import torch

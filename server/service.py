@@ -54,7 +54,7 @@ class InferenceServicer:
         recorder: Recorder | None,
         limits: Limits,
         info: Callable[[], pb.ServerInfoResponse],
-        profile: Callable[[int], Any],
+        profile: Callable[[int, bool], Any],
         instrumented: bool = True,
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
@@ -150,10 +150,10 @@ class InferenceServicer:
     async def Profile(self, request: pb.ProfileRequest, context: Any) -> pb.ProfileResponse:
         batches = request.batches or 10
         try:
-            capture = self._profile(batches)
+            capture = self._profile(batches, request.ranges_only)
+            capture.start()  # on the main thread: Kineto requires it (see ProfileCapture)
         except (RuntimeError, ValueError) as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        capture.start()  # on the main thread: Kineto requires it (see ProfileCapture)
         done = await asyncio.to_thread(capture.done.wait, 600.0)
         capture.stop()
         if not done or capture.error:

@@ -101,11 +101,11 @@ class Pipeline:
             t.join(timeout_s)
         self._pool.shutdown(wait=True)
 
-    def request_profile(self, batches: int, path: str) -> ProfileCapture:
+    def request_profile(self, batches: int, path: str, ranges_only: bool = False) -> ProfileCapture:
         with self._profile_lock:
             if self._profile is not None and not self._profile.done.is_set():
                 raise RuntimeError("a profile capture is already running")
-            self._profile = ProfileCapture(batches, path, self.runners[0].is_cuda)
+            self._profile = ProfileCapture(batches, path, self.runners[0].is_cuda, ranges_only)
             return self._profile
 
     # -- stages ------------------------------------------------------------------
@@ -281,10 +281,11 @@ class ProfileCapture:
     lets it record the device worker's ranges too.
     """
 
-    def __init__(self, batches: int, path: str, cuda: bool) -> None:
+    def __init__(self, batches: int, path: str, cuda: bool, ranges_only: bool = False) -> None:
         self.batches = batches
         self.path = path
         self.cuda = cuda
+        self.ranges_only = ranges_only
         self.seen = 0
         self.batch_ids: list[int] = []
         self.started = threading.Event()
@@ -301,11 +302,19 @@ class ProfileCapture:
         try:
             from torch._C._profiler import _ExperimentalConfig
 
-            cfg = _ExperimentalConfig(profile_all_threads=True)
-            self._prof = torch.profiler.profile(activities=acts, record_shapes=False, experimental_config=cfg)
+            cfg: Any = _ExperimentalConfig(profile_all_threads=True)
         except (ImportError, TypeError):
-            self._prof = torch.profiler.profile(activities=acts, record_shapes=False)
-        self._prof.__enter__()
+            cfg = None
+        try:
+            if self.ranges_only:
+                self._prof = _user_ranges_profiler(cuda=self.cuda, experimental_config=cfg)
+            else:
+                extra = {} if cfg is None else {"experimental_config": cfg}
+                self._prof = torch.profiler.profile(activities=acts, record_shapes=False, **extra)
+            self._prof.__enter__()
+        except Exception as exc:  # e.g. a torch without the private hooks ranges_only needs
+            self.done.set()  # so that the next request is not refused as "already running"
+            raise RuntimeError(f"torch.profiler could not start: {type(exc).__name__}: {exc}") from exc
         self.started.set()
 
     def stop(self) -> None:
@@ -326,3 +335,30 @@ class ProfileCapture:
             self.batch_ids.append(batch_id)
             if self.seen >= self.batches:
                 self.done.set()
+
+
+def _user_ranges_profiler(cuda: bool, experimental_config: Any) -> Any:
+    """An autograd profiler whose operator callbacks see only user scopes (``record_function``):
+    the device's kernels and copies still come from CUPTI, but no operator is recorded, which is
+    what makes a full capture slow down every launch by microseconds."""
+    import torch.autograd.profiler as ap
+    from torch._C._autograd import _enable_profiler
+    from torch._C._profiler import RecordScope
+
+    class UserRanges(ap.profile):  # type: ignore[misc]
+        def _start_trace(self) -> None:
+            self.entered = True
+            ap._run_on_profiler_start()
+            # The binding takes the scopes (torch's .pyi omits them): user scopes only.
+            _enable_profiler(  # type: ignore[call-arg]
+                self.config(create_trace_id=False), self.kineto_activities, {RecordScope.USER_SCOPE}
+            )
+            self.profiling_start_time_ns = time.perf_counter_ns()
+
+    return UserRanges(
+        use_kineto=True,
+        use_cpu=True,
+        use_device="cuda" if cuda else None,
+        record_shapes=False,
+        experimental_config=experimental_config,
+    )

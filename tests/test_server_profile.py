@@ -1,0 +1,63 @@
+"""The Profile RPC on a real CPU server: a full capture records every operator, a ranges-only
+capture records netgain's batch ranges and nothing per operator; bad requests are refused."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from conftest import ServerHandle, ServerLauncher
+
+from protos import pb
+
+
+def capture(server: ServerHandle, ranges_only: bool, batches: int = 3) -> tuple[Any, list[dict[str, Any]]]:
+    """Profile ``batches`` batches while a thread keeps one tabular request in flight at a time."""
+    stub = server.stub()
+    stop = threading.Event()
+
+    def load() -> None:
+        for _ in range(2000):  # bounded: the capture needs only a few batches
+            if stop.is_set():
+                return
+            stub.Infer(pb.InferRequest(model="tabular", inputs=[pb.Input(features=[0.5] * 64)]), timeout=10)
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    try:
+        resp = stub.Profile(pb.ProfileRequest(batches=batches, ranges_only=ranges_only), timeout=60)
+    finally:
+        stop.set()
+        t.join(10)
+    with open(resp.trace_path) as fh:
+        events = json.load(fh)["traceEvents"]
+    return resp, [e for e in events if e.get("ph") == "X"]
+
+
+def test_full_and_ranges_only_captures(start_server: ServerLauncher, tmp_path: Path) -> None:
+    server = start_server(
+        "--model", "tabular", "--profile-dir", str(tmp_path / "prof"), "--max-queue-delay-ms", "1"
+    )
+    for ranges_only in (False, True):
+        resp, spans = capture(server, ranges_only)
+        assert resp.batches == 3 and len(resp.batch_ids) == 3
+        assert Path(resp.trace_path).parent == tmp_path / "prof"
+        names = {str(e.get("name")) for e in spans}
+        assert {f"netgain_batch_{b}" for b in resp.batch_ids} <= names
+        operators = [n for n in names if n.startswith("aten::")]
+        if ranges_only:
+            assert operators == [], operators[:5]
+        else:
+            assert "aten::addmm" in operators  # the MLP's linear layers
+
+
+def test_profile_refused_without_profile_dir(start_server: ServerLauncher) -> None:
+    server = start_server("--model", "null", "--warmup-batches", "1")
+    with pytest.raises(grpc.RpcError) as err:
+        server.stub().Profile(pb.ProfileRequest(batches=2, ranges_only=True), timeout=10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "--profile-dir" in (err.value.details() or "")
