@@ -55,6 +55,24 @@ def test_full_and_ranges_only_captures(start_server: ServerLauncher, tmp_path: P
             assert "aten::addmm" in operators  # the MLP's linear layers
 
 
+@pytest.mark.gpu
+def test_ranges_only_capture_on_cuda_keeps_kernels(start_server: ServerLauncher, tmp_path: Path) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA (run on the GPU machine)")
+    server = start_server(
+        "--model", "tabular", "--device", "cuda", "--profile-dir", str(tmp_path), "--max-queue-delay-ms", "1"
+    )
+    resp, spans = capture(server, ranges_only=True)
+    names = {str(e.get("name")) for e in spans}
+    assert {f"netgain_batch_{b}" for b in resp.batch_ids} <= names
+    assert not [n for n in names if n.startswith("aten::")]
+    kernels = [e for e in spans if e.get("cat") == "kernel"]
+    launches = [e for e in spans if e.get("cat") == "cuda_runtime" and "Launch" in str(e.get("name"))]
+    assert len(kernels) >= 3 and len(launches) >= 3  # the MLP's layers, for each batch
+
+
 def test_profile_refused_without_profile_dir(start_server: ServerLauncher) -> None:
     server = start_server("--model", "null", "--warmup-batches", "1")
     with pytest.raises(grpc.RpcError) as err:
