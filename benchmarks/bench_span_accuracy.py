@@ -39,14 +39,18 @@ def phase_sum_errors(span_log: str) -> np.ndarray:
     return np.asarray(errs)
 
 
-def profiler_windows(trace_path: str) -> dict[int, tuple[float, float, float]]:
+def profiler_windows(
+    trace_path: str, host_log: dict[int, list[str]] | None = None
+) -> dict[int, tuple[float, float, float]]:
     """batch id → (ms from the first to the last kernel launched inside ``netgain_batch_<id>``,
     ms the GPU sat idle between the end of that batch's host-to-device copy and its first kernel,
     ms from the end of its last kernel to the host's call recording the next CUDA event).
 
     The second and third are parts of the CUDA-event kernel span no kernel ran in: the start event
     fires when the copy is done, the first kernel starts once the host has launched it; the end
-    event cannot fire before the host records it (Kineto puts host and GPU times on one clock)."""
+    event cannot fire before the host records it (Kineto puts host and GPU times on one clock).
+    ``host_log``, when given, gets for each batch what its thread did from the last kernel's
+    launch to that record, in µs from the end of the last kernel."""
     with open(trace_path) as fh:
         events = json.load(fh)["traceEvents"]
     ranges = [
@@ -83,6 +87,12 @@ def profiler_windows(trace_path: str) -> dict[int, tuple[float, float, float]]:
         records = [ts for ts, _, name in calls if "EventRecord" in name and ts > last_launch]
         tail = max(0.0, min(records) - last_end) if records else 0.0
         out[bid] = ((last_end - first) / 1e3, lead / 1e3, tail / 1e3)
+        if host_log is not None and records:
+            host_log[bid] = [
+                f"{e['ts'] - last_end:+8.1f} us  {e.get('dur', 0):7.1f} us  {e.get('cat')}: {e.get('name')}"
+                for e in events
+                if e.get("ph") == "X" and e.get("tid") == tid and last_launch <= e["ts"] <= min(records)
+            ]
     return out
 
 
@@ -114,7 +124,8 @@ def capture(target: str, a: argparse.Namespace, opts: list[str], ranges_only: bo
 
 
 def kernel_rows(label: str, resp: object, span_log: str) -> list[list[object]]:
-    windows = profiler_windows(resp.trace_path)  # type: ignore[attr-defined]
+    host_log: dict[int, list[str]] = {}
+    windows = profiler_windows(resp.trace_path, host_log)  # type: ignore[attr-defined]
     kernel_ms: dict[int, float] = {}
     with open(span_log) as fh:
         for line in fh:
@@ -149,6 +160,12 @@ def kernel_rows(label: str, resp: object, span_log: str) -> list[list[object]]:
             f"last kernel to end-event record median {np.median(tails) * 1e3:.0f} us "
             f"(max {max(tails) * 1e3:.0f}) over {len(pairs)} batches"
         )
+        by_tail = sorted((w[2], b) for b, w in windows.items() if b in host_log)
+        if by_tail:
+            tail_ms, bid = by_tail[len(by_tail) // 2]
+            print(f"  batch {bid} (median tail, {tail_ms * 1e3:.0f} us): its thread from the last launch on")
+            for line in host_log[bid][:14]:
+                print("   ", line)
     return rows
 
 
