@@ -49,8 +49,8 @@ def profiler_windows(
     The second and third are parts of the CUDA-event kernel span no kernel ran in: the start event
     fires when the copy is done, the first kernel starts once the host has launched it; the end
     event cannot fire before the host records it (Kineto puts host and GPU times on one clock).
-    ``host_log``, when given, gets for each batch what its thread did from the last kernel's
-    launch to that record, in µs from the end of the last kernel."""
+    ``host_log``, when given, gets for each batch its timeline: what its thread did and what ran
+    on the GPU, in µs from the end of the last kernel."""
     with open(trace_path) as fh:
         events = json.load(fh)["traceEvents"]
     ranges = [
@@ -88,11 +88,20 @@ def profiler_windows(
         tail = max(0.0, min(records) - last_end) if records else 0.0
         out[bid] = ((last_end - first) / 1e3, lead / 1e3, tail / 1e3)
         if host_log is not None and records:
-            host_log[bid] = [
-                f"{e['ts'] - last_end:+8.1f} us  {e.get('dur', 0):7.1f} us  {e.get('cat')}: {e.get('name')}"
+            mine = {c for _, c, _ in calls}
+            lines = [
+                (e["ts"], f"{e.get('cat')}: {e.get('name')}"[:70], e.get("dur", 0))
                 for e in events
-                if e.get("ph") == "X" and e.get("tid") == tid and last_launch <= e["ts"] <= min(records)
+                if e.get("ph") == "X"
+                and (
+                    (e.get("tid") == tid and a <= e["ts"] <= b)
+                    or (
+                        e.get("args", {}).get("correlation") in mine
+                        and e.get("cat") in ("kernel", "gpu_memcpy")
+                    )
+                )
             ]
+            host_log[bid] = [f"{ts - last_end:+9.1f} us {dur:8.1f} us  {n}" for ts, n, dur in sorted(lines)]
     return out
 
 
@@ -123,7 +132,7 @@ def capture(target: str, a: argparse.Namespace, opts: list[str], ranges_only: bo
     return out.get("resp")
 
 
-def kernel_rows(label: str, resp: object, span_log: str) -> list[list[object]]:
+def kernel_rows(label: str, resp: object, span_log: str, explain: bool = False) -> list[list[object]]:
     host_log: dict[int, list[str]] = {}
     windows = profiler_windows(resp.trace_path, host_log)  # type: ignore[attr-defined]
     kernel_ms: dict[int, float] = {}
@@ -163,8 +172,9 @@ def kernel_rows(label: str, resp: object, span_log: str) -> list[list[object]]:
         by_tail = sorted((w[2], b) for b, w in windows.items() if b in host_log)
         if by_tail:
             tail_ms, bid = by_tail[len(by_tail) // 2]
-            print(f"  batch {bid} (median tail, {tail_ms * 1e3:.0f} us): its thread from the last launch on")
-            for line in host_log[bid][:14]:
+            print(f"  batch {bid} (median tail, {tail_ms * 1e3:.0f} us), us from its last kernel's end:")
+            log = host_log[bid]
+            for line in log if explain else log[-6:]:
                 print("   ", line)
     return rows
 
@@ -177,6 +187,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=5.0)
     ap.add_argument("--profile-batches", type=int, default=20)
     ap.add_argument("--cuda-graphs", action="store_true", help="serve with --cuda-graphs (fixed shapes)")
+    ap.add_argument("--explain", action="store_true", help="print one batch's whole host/GPU timeline")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
     span_log = os.path.join(tmp, "spans.jsonl")
@@ -225,7 +236,7 @@ def main() -> None:
         if resp is None:
             print(f"{label} capture: no answer from the Profile RPC within 60 s")
             continue
-        rows += kernel_rows(label, resp, span_log)
+        rows += kernel_rows(label, resp, span_log, a.explain)
     print(table(rows, ["check", "n", "median error", "p99 error", "share within 2 %"]))
 
 
