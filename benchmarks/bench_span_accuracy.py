@@ -20,6 +20,7 @@ import os
 import tempfile
 import threading
 import time
+from typing import Any
 
 import numpy as np
 from common import run_clients, table
@@ -105,7 +106,45 @@ def profiler_windows(
     return out
 
 
-def capture(target: str, a: argparse.Namespace, opts: list[str], ranges_only: bool) -> object:
+def one_at_a_time(target: str, a: argparse.Namespace, opts: list[str], seconds: float) -> None:
+    """One request of ``a.batch`` items at a time: one server batch per request."""
+    run_clients(
+        target, a.model, processes=1, concurrency=1, items=a.batch, duration=seconds, warmup=0.0, options=opts
+    )
+
+
+def standalone(a: argparse.Namespace, opts: list[str], tmp: str) -> tuple[list[float], dict[int, float], str]:
+    """The server's own DeviceRunner in this process, with no server around: kernel spans (ms) of
+    unprofiled batches, then of batches under a ranges-only capture, and that capture's trace."""
+    import random
+
+    import torch
+
+    from server.batching.pipeline import user_ranges_profiler
+    from server.device import DeviceRunner
+    from server.handlers import create_handler
+
+    handler = create_handler(a.model, dict(o.split("=", 1) for o in opts), seed=0)
+    runner = DeviceRunner(handler, a.device, cuda_graphs=a.cuda_graphs)
+    runner.place(handler.build_model())
+    rng = random.Random(0)
+    items = [handler.preprocess(handler.example_input(rng)) for _ in range(a.batch)]
+    batch = runner.prepare(handler.collate(items))
+    for _ in range(10):
+        runner.run(batch)
+    unprofiled = [runner.run(batch).kernel_ns / 1e6 for _ in range(40)]
+    spans: dict[int, float] = {}
+    prof = user_ranges_profiler(cuda=a.device.startswith("cuda"), experimental_config=None)
+    with prof:
+        for i in range(a.profile_batches):
+            with torch.profiler.record_function(f"netgain_batch_{i}"):
+                spans[i] = runner.run(batch).kernel_ns / 1e6
+    path = os.path.join(tmp, "standalone-trace.json")
+    prof.export_chrome_trace(path)
+    return unprofiled, spans, path
+
+
+def capture(target: str, a: argparse.Namespace, opts: list[str], ranges_only: bool) -> Any:
     """A Profile RPC over ``a.profile_batches`` batches, fed one request of ``a.batch`` items at a
     time (one server batch per request): profiling every thread slows pre-processing down."""
     import grpc
@@ -125,26 +164,35 @@ def capture(target: str, a: argparse.Namespace, opts: list[str], ranges_only: bo
     time.sleep(0.5)
     deadline = time.monotonic() + 60.0
     while t.is_alive() and time.monotonic() < deadline:
-        run_clients(
-            target, a.model, processes=1, concurrency=1, items=a.batch, duration=2.0, warmup=0.0, options=opts
-        )
+        one_at_a_time(target, a, opts, 2.0)
     t.join(5)
     return out.get("resp")
 
 
-def kernel_rows(label: str, resp: object, span_log: str, explain: bool = False) -> list[list[object]]:
-    host_log: dict[int, list[str]] = {}
-    windows = profiler_windows(resp.trace_path, host_log)  # type: ignore[attr-defined]
-    kernel_ms: dict[int, float] = {}
+def span_log_kernels(span_log: str, batch: int) -> dict[int, float]:
+    """batch id → kernel span (ms) of every full batch in the span log (lines still being written
+    are skipped)."""
+    out: dict[int, float] = {}
     with open(span_log) as fh:
         for line in fh:
-            r = json.loads(line)
-            if r["batch_id"] in windows:
-                kernel_ms[r["batch_id"]] = r["kernel_ms"]
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if r["code"] == "OK" and r["batch_size"] == batch:
+                out[r["batch_id"]] = r["kernel_ms"]
+    return out
+
+
+def kernel_rows(
+    label: str, trace_path: str, kernel_ms: dict[int, float], explain: bool = False
+) -> list[list[object]]:
+    host_log: dict[int, list[str]] = {}
+    windows = profiler_windows(trace_path, host_log)
     pairs = [(kernel_ms[b], *w) for b, w in windows.items() if b in kernel_ms and w[0] > 0]
     rows: list[list[object]] = []
     for name, errs in (
-        (f"kernel span vs profiler, {label} capture", [abs(k - w) / w for k, w, _, _ in pairs]),
+        (f"kernel span vs profiler, {label}", [abs(k - w) / w for k, w, _, _ in pairs]),
         ("  less GPU idle before the 1st kernel", [abs(k - lead - w) / w for k, w, lead, _ in pairs]),
         ("  less idle before and after the kernels", [abs(k - ld - tl - w) / w for k, w, ld, tl in pairs]),
     ):
@@ -164,7 +212,7 @@ def kernel_rows(label: str, resp: object, span_log: str, explain: bool = False) 
         leads = [lead for _, _, lead, _ in pairs]
         tails = [tail for _, _, _, tail in pairs]
         print(
-            f"{label} capture: profiler window median {np.median(windows_ms):.3f} ms; GPU idle between copy "
+            f"{label}: profiler window median {np.median(windows_ms):.3f} ms; GPU idle between copy "
             f"and first kernel median {np.median(leads) * 1e3:.0f} us (max {max(leads) * 1e3:.0f}); "
             f"last kernel to end-event record median {np.median(tails) * 1e3:.0f} us "
             f"(max {max(tails) * 1e3:.0f}) over {len(pairs)} batches"
@@ -213,12 +261,17 @@ def main() -> None:
     if a.cuda_graphs:
         args.append("--cuda-graphs")
     rows = []
+    quiet: dict[int, float] = {}
     with ServerProcess(args) as server:
         server.wait_ready()
+        if a.device.startswith("cuda"):
+            one_at_a_time(server.target, a, opts, 4.0)
+            time.sleep(0.5)  # the span log is written every 50 ms
+            quiet = span_log_kernels(span_log, a.batch)
         run_clients(
             server.target, a.model, processes=2, concurrency=a.batch, duration=a.duration, options=opts
         )
-        captures: list[tuple[str, object]] = []
+        captures: list[tuple[str, Any]] = []
         if a.device.startswith("cuda"):
             for label, ranges_only in (("full", False), ("ranges-only", True)):
                 captures.append((label, capture(server.target, a, opts, ranges_only)))
@@ -236,7 +289,21 @@ def main() -> None:
         if resp is None:
             print(f"{label} capture: no answer from the Profile RPC within 60 s")
             continue
-        rows += kernel_rows(label, resp, span_log, a.explain)
+        rows += kernel_rows(
+            f"{label} capture", resp.trace_path, span_log_kernels(span_log, a.batch), a.explain
+        )
+    if a.device.startswith("cuda"):
+        unprofiled, spans, trace_path = standalone(a, opts, tmp)
+        rows += kernel_rows("standalone, ranges-only", trace_path, spans, a.explain)
+        served = sorted(quiet.items())[5:]  # the first few after start-up are slower
+        if served:
+            srv = np.median([k for _, k in served]) * 1e3
+            alone = np.median(unprofiled) * 1e3
+            print(
+                f"unprofiled, one batch at a time: kernel span median {srv:.1f} us in the server "
+                f"({len(served)} batches), {alone:.1f} us standalone ({len(unprofiled)}): "
+                f"{(srv / alone - 1) * 100:+.2f} %"
+            )
     print(table(rows, ["check", "n", "median error", "p99 error", "share within 2 %"]))
 
 

@@ -307,7 +307,7 @@ class ProfileCapture:
             cfg = None
         try:
             if self.ranges_only:
-                self._prof = _user_ranges_profiler(cuda=self.cuda, experimental_config=cfg)
+                self._prof = user_ranges_profiler(cuda=self.cuda, experimental_config=cfg)
             else:
                 extra = {} if cfg is None else {"experimental_config": cfg}
                 self._prof = torch.profiler.profile(activities=acts, record_shapes=False, **extra)
@@ -337,7 +337,7 @@ class ProfileCapture:
                 self.done.set()
 
 
-def _user_ranges_profiler(cuda: bool, experimental_config: Any) -> Any:
+def user_ranges_profiler(cuda: bool, experimental_config: Any) -> Any:
     """An autograd profiler whose operator callbacks see only user scopes (``record_function``):
     the device's kernels and copies still come from CUPTI, but no operator is recorded, which is
     what makes a full capture slow down every launch by microseconds."""
