@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import tempfile
 import threading
 import time
@@ -236,6 +237,7 @@ def main() -> None:
     ap.add_argument("--profile-batches", type=int, default=20)
     ap.add_argument("--cuda-graphs", action="store_true", help="serve with --cuda-graphs (fixed shapes)")
     ap.add_argument("--explain", action="store_true", help="print one batch's whole host/GPU timeline")
+    ap.add_argument("--serve-args", default="", help="extra `netgain serve` flags ('--intra-op-threads 1')")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
     span_log = os.path.join(tmp, "spans.jsonl")
@@ -260,6 +262,7 @@ def main() -> None:
         args += ["--handler-option", o]
     if a.cuda_graphs:
         args.append("--cuda-graphs")
+    args += shlex.split(a.serve_args)
     rows = []
     quiet: dict[int, float] = {}
     with ServerProcess(args) as server:
