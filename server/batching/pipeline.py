@@ -339,8 +339,8 @@ class ProfileCapture:
 
 def user_ranges_profiler(cuda: bool, experimental_config: Any) -> Any:
     """An autograd profiler whose operator callbacks see only user scopes (``record_function``):
-    the device's kernels and copies still come from CUPTI, but no operator is recorded, which is
-    what makes a full capture slow down every launch by microseconds."""
+    the device's kernels and copies still come from CUPTI, but no operator is recorded (a full
+    capture adds several µs of host work to every operator, delaying the launches it measures)."""
     import torch.autograd.profiler as ap
     from torch._C._autograd import _enable_profiler
     from torch._C._profiler import RecordScope
