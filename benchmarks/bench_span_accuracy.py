@@ -1,15 +1,18 @@
 """Span accuracy: do the phases add up to the server total, and does the kernel span match torch.profiler?
 
 1. Every request of a saturating run: |sum(phases) - total| / total (target: <= 2 %).
-2. (cuda) A Profile RPC capture of N batches: each batch's kernel span (CUDA events) against the
-   profiler's first-kernel-start to last-kernel-end window of the kernels launched inside that
-   batch's range (target: within 5 %). Two captures, one after the other: a full one (every
-   operator recorded, as `netgain profile` does) and a ranges-only one (only netgain's batch
-   ranges on the host; far less host work per operator, so launches keep closer to their
-   unprofiled timing). Also printed: the GPU's idle time between the batch's host-to-device copy
-   and its first kernel, and between its last kernel and the host recording the end event, which
-   the event span holds and the window does not.
+2. (cuda) Profile RPC captures of N batches, one request of --batch items at a time: each
+   batch's kernel span (CUDA events) against the profiler's first-kernel-start to last-kernel-end
+   window of the kernels launched inside that batch's range (target: within 5 %). Two captures,
+   a full one (every operator recorded, as `netgain profile` does) and a ranges-only one (only
+   netgain's batch ranges on the host, no per-operator host work). Also printed: the GPU's idle
+   time between the batch's host-to-device copy and its first kernel, and between its last kernel
+   and the host recording the end event; the event span holds both, the window neither.
+3. (cuda) The server's own DeviceRunner in this process, no server around: the same comparison
+   under a ranges-only capture, and the unprofiled kernel span against the server's (one batch at
+   a time in both).
 Usage: python benchmarks/bench_span_accuracy.py --device cuda [--model image] [--batch 64] [--cuda-graphs]
+       [--explain] [--serve-args '--intra-op-threads 1']
 """
 
 from __future__ import annotations
