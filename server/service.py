@@ -151,11 +151,16 @@ class InferenceServicer:
         batches = request.batches or 10
         try:
             capture = self._profile(batches, request.ranges_only)
-            capture.start()  # on the main thread: Kineto requires it (see ProfileCapture)
         except (RuntimeError, ValueError) as exc:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        done = await asyncio.to_thread(capture.done.wait, 600.0)
-        capture.stop()
+        try:
+            capture.start()  # on the main thread: Kineto requires it (see ProfileCapture)
+        except RuntimeError as exc:  # the profiler itself would not start: not the caller's fault
+            await context.abort(grpc.StatusCode.INTERNAL, str(exc))
+        try:
+            done = await asyncio.to_thread(capture.done.wait, 600.0)
+        finally:  # also when the caller goes away: a capture left running would refuse all others
+            capture.stop()
         if not done or capture.error:
             await context.abort(
                 grpc.StatusCode.INTERNAL, capture.error or "profile capture timed out (600 s)"

@@ -1,10 +1,12 @@
 """The Profile RPC on a real CPU server: a full capture records every operator, a ranges-only
-capture records netgain's batch ranges and nothing per operator; bad requests are refused."""
+capture records netgain's batch ranges and nothing per operator; one capture at a time, and a
+capture whose caller goes away is stopped; a profiler that fails to start leaves nothing on."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,63 @@ def test_ranges_only_capture_on_cuda_keeps_kernels(start_server: ServerLauncher,
     kernels = [e for e in spans if e.get("cat") == "kernel"]
     launches = [e for e in spans if e.get("cat") == "cuda_runtime" and "Launch" in str(e.get("name"))]
     assert len(kernels) >= 3 and len(launches) >= 3  # the MLP's layers, for each batch
+
+
+def test_one_capture_at_a_time_and_an_abandoned_one_is_stopped(
+    start_server: ServerLauncher, tmp_path: Path
+) -> None:
+    server = start_server("--model", "tabular", "--profile-dir", str(tmp_path), "--max-queue-delay-ms", "1")
+    stub = server.stub()
+    # No load: this capture waits for batches until its caller's deadline ends it.
+    waiting = stub.Profile.future(pb.ProfileRequest(batches=1000, ranges_only=True), timeout=3.0)
+    time.sleep(1.0)
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Profile(pb.ProfileRequest(batches=2), timeout=10)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "already running" in (err.value.details() or "")
+    with pytest.raises(grpc.RpcError) as gone:
+        waiting.result()
+    assert gone.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    # The abandoned capture was stopped, so a new one is accepted and completes.
+    deadline = time.monotonic() + 10.0
+    while True:
+        try:
+            resp, spans = capture(server, ranges_only=False, batches=2)
+            break
+        except grpc.RpcError as exc:  # the server may still be unwinding the abandoned call
+            if exc.code() != grpc.StatusCode.FAILED_PRECONDITION or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    assert resp.batches == 2 and any(str(e.get("name")).startswith("aten::") for e in spans)
+
+
+def test_profiler_that_fails_to_start_leaves_nothing_enabled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+    import torch._C._autograd as autograd_c
+    import torch.autograd.profiler as ap
+
+    from server.batching.pipeline import ProfileCapture, ProfilerUnavailable
+
+    def refuse(*args: Any) -> None:
+        raise RuntimeError("no profiler here")
+
+    with monkeypatch.context() as m:
+        m.setattr(autograd_c, "_enable_profiler", refuse)
+        broken = ProfileCapture(2, str(tmp_path / "a.json"), cuda=False, ranges_only=True)
+        with pytest.raises(ProfilerUnavailable, match="no profiler here"):
+            broken.start()
+    assert broken.closed.is_set() and broken.done.is_set() and not broken.started.is_set()
+    assert not ap._is_profiler_enabled
+    # The same process can still capture afterwards.
+    ok = ProfileCapture(1, str(tmp_path / "b.json"), cuda=False, ranges_only=True)
+    ok.start()
+    ok.run(7, lambda: torch.ones(4).sum())
+    ok.stop()
+    assert ok.error == "" and ok.closed.is_set()
+    names = {e.get("name") for e in json.loads((tmp_path / "b.json").read_text())["traceEvents"]}
+    assert "netgain_batch_7" in names
 
 
 def test_profile_refused_without_profile_dir(start_server: ServerLauncher) -> None:

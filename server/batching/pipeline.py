@@ -8,6 +8,7 @@ instead of piling up unseen between stages.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import queue
@@ -103,7 +104,7 @@ class Pipeline:
 
     def request_profile(self, batches: int, path: str, ranges_only: bool = False) -> ProfileCapture:
         with self._profile_lock:
-            if self._profile is not None and not self._profile.done.is_set():
+            if self._profile is not None and not self._profile.closed.is_set():
                 raise RuntimeError("a profile capture is already running")
             self._profile = ProfileCapture(batches, path, self.runners[0].is_cuda, ranges_only)
             return self._profile
@@ -278,7 +279,9 @@ class ProfileCapture:
 
     Kineto binds its client to the thread that registered it (the main thread), so
     ``start`` and ``stop`` run there (the Profile RPC handler); ``profile_all_threads``
-    lets it record the device worker's ranges too.
+    lets it record the device worker's ranges too. ``ranges_only`` records the batch ranges
+    and the device's activity but no operator. ``done``: no more batches are recorded;
+    ``closed``: the profiler is stopped (or never started), so another capture may begin.
     """
 
     def __init__(self, batches: int, path: str, cuda: bool, ranges_only: bool = False) -> None:
@@ -290,6 +293,7 @@ class ProfileCapture:
         self.batch_ids: list[int] = []
         self.started = threading.Event()
         self.done = threading.Event()
+        self.closed = threading.Event()
         self.error: str = ""
         self._prof: Any = None
 
@@ -313,16 +317,22 @@ class ProfileCapture:
                 self._prof = torch.profiler.profile(activities=acts, record_shapes=False, **extra)
             self._prof.__enter__()
         except Exception as exc:  # e.g. a torch without the private hooks ranges_only needs
-            self.done.set()  # so that the next request is not refused as "already running"
-            raise RuntimeError(f"torch.profiler could not start: {type(exc).__name__}: {exc}") from exc
+            _disable_quietly()
+            self.done.set()
+            self.closed.set()  # so that the next request is not refused as "already running"
+            raise ProfilerUnavailable(f"torch.profiler could not start: {type(exc).__name__}: {exc}") from exc
         self.started.set()
 
     def stop(self) -> None:
+        """Stops recording (also when called before N batches were seen) and writes the trace."""
+        self.done.set()
         try:
             self._prof.__exit__(None, None, None)
             self._prof.export_chrome_trace(self.path)
         except Exception as exc:  # a profiler failure never fails a request
             self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.closed.set()
 
     def run(self, batch_id: int, fn: Callable[[], Any]) -> Any:
         import torch
@@ -337,6 +347,22 @@ class ProfileCapture:
                 self.done.set()
 
 
+class ProfilerUnavailable(RuntimeError):
+    """torch.profiler could not be started in this process (a server-side condition)."""
+
+
+def _disable_quietly() -> None:
+    """Undo a start that failed half-way (Kineto prepared, or the profiler flagged as enabled)."""
+    import torch.autograd.profiler as ap
+
+    with contextlib.suppress(Exception):  # nothing was enabled: fine
+        from torch._C._autograd import _disable_profiler
+
+        _disable_profiler()
+    with contextlib.suppress(Exception):
+        ap._run_on_profiler_stop()
+
+
 def user_ranges_profiler(cuda: bool, experimental_config: Any) -> Any:
     """An autograd profiler whose operator callbacks see only user scopes (``record_function``):
     the device's kernels and copies still come from CUPTI, but no operator is recorded (a full
@@ -348,11 +374,11 @@ def user_ranges_profiler(cuda: bool, experimental_config: Any) -> Any:
     class UserRanges(ap.profile):  # type: ignore[misc]
         def _start_trace(self) -> None:
             self.entered = True
-            ap._run_on_profiler_start()
             # The binding takes the scopes (torch's .pyi omits them): user scopes only.
             _enable_profiler(  # type: ignore[call-arg]
                 self.config(create_trace_id=False), self.kineto_activities, {RecordScope.USER_SCOPE}
             )
+            ap._run_on_profiler_start()  # after: a failed enable leaves nothing flagged on
             self.profiling_start_time_ns = time.perf_counter_ns()
 
     return UserRanges(
