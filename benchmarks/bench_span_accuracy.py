@@ -50,7 +50,7 @@ def profiler_windows(
     """batch id → (ms from the first to the last kernel of the forward launched inside
     ``netgain_batch_<id>``, ms the GPU sat idle between the end of that batch's host-to-device copy
     and its first kernel, ms from the end of its last kernel to the host's call recording the next
-    CUDA event, whether the forward was bracketed by the device stage's own four event records).
+    CUDA event, whether the forward was bracketed by the device stage's event records).
 
     The second and third are parts of the CUDA-event kernel span no kernel ran in: the start event
     fires when the copy is done, the first kernel starts once the host has launched it; the end
@@ -76,28 +76,38 @@ def profiler_windows(
     for e in events:
         if e.get("cat") in ("kernel", "gpu_memcpy"):
             corr = e.get("args", {}).get("correlation")
-            gpu.setdefault(corr, []).append((e["cat"], e["ts"], e["ts"] + e["dur"]))
+            name = str(e.get("name"))
+            kind = "htod" if "HtoD" in name else "dtoh" if "DtoH" in name else "copy"
+            if e["cat"] == "kernel":
+                kind = "kernel"
+            gpu.setdefault(corr, []).append((kind, e["ts"], e["ts"] + e["dur"]))
     out = {}
     for bid, a, b, tid in ranges:
-        calls = [(ts, c, name) for ts, t, c, name in runtime if a <= ts <= b and t == tid]
+        calls = sorted((ts, c, name) for ts, t, c, name in runtime if a <= ts <= b and t == tid)
         launched = [
             (ts, g) for ts, c, name in calls if "Launch" in name or "Memcpy" in name for g in gpu.get(c, ())
         ]
-        records = sorted(ts for ts, _, name in calls if "EventRecord" in name)
-        # The device stage records four events: start, after the copy in, after the forward, after
-        # the copy out. Kernels launched between the 2nd and 3rd are the forward's (a copy out with
-        # a dtype change launches a kernel too); without exactly four, fall back to every kernel.
-        bracketed = len(records) == 4
-        lo, hi = (records[1], records[2]) if bracketed else (a, b)
-        kernels = [(ts, s, e) for ts, (cat, s, e) in launched if cat == "kernel" and lo <= ts <= hi]
+        # The forward runs between the device stage's event records that follow its last copy in
+        # and precede its first copy out: kernels launched outside them are not the forward's (a
+        # copy out with a dtype change launches one). Other event records (the pinned-memory
+        # allocator's) may sit around the copies, so the first and last in that stretch are taken.
+        htod = [ts for ts, (kind, _, _) in launched if kind == "htod"]
+        lo = max(htod) if htod else a
+        dtoh = [ts for ts, (kind, _, _) in launched if kind == "dtoh" and ts > lo]
+        hi = min(dtoh) if dtoh else b
+        records = [ts for ts, _, name in calls if "EventRecord" in name and lo < ts < hi]
+        bracketed = len(records) >= 2
+        if bracketed:
+            lo, hi = records[0], records[-1]
+        kernels = [(ts, s, e) for ts, (kind, s, e) in launched if kind == "kernel" and lo <= ts <= hi]
         if not kernels:
             continue
         first = min(s for _, s, _ in kernels)
         last_launch, _, last_end = max(kernels, key=lambda k: k[2])
-        copies = [e for ts, (cat, s, e) in launched if cat == "gpu_memcpy" and e <= first and ts <= lo]
+        copies = [e for _, (kind, _, e) in launched if kind == "htod" and e <= first]
         lead = max(0.0, first - max(copies)) if copies else 0.0
-        after = [ts for ts in records if ts > last_launch]
-        tail = max(0.0, after[0] - last_end) if after else 0.0
+        after = [ts for ts, _, name in calls if "EventRecord" in name and ts > last_launch]
+        tail = max(0.0, min(after) - last_end) if after else 0.0
         out[bid] = ((last_end - first) / 1e3, lead / 1e3, tail / 1e3, bracketed)
         if host_log is not None and after:
             mine = {c for _, c, _ in calls}
@@ -208,7 +218,7 @@ def kernel_rows(
     pairs = [(kernel_ms[b], w, ld, tl) for b, (w, ld, tl, _) in windows.items() if b in kernel_ms and w > 0]
     loose = sum(1 for b, w in windows.items() if b in kernel_ms and not w[3])
     if loose:
-        print(f"{label}: {loose} batches without the device stage's four event records (all kernels used)")
+        print(f"{label}: {loose} batches without two event records between the copies (all kernels used)")
     checks = [(f"kernel span vs profiler, {label}", [abs(k - w) / w for k, w, _, _ in pairs])]
     if not graphs:
         checks += [
