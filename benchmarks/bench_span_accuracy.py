@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from common import run_clients, table
 
+from loadgen.experiments.kernels import kernel_spans, profiler_windows
 from loadgen.orchestrate import ServerProcess
 
 
@@ -42,89 +43,6 @@ def phase_sum_errors(span_log: str) -> np.ndarray:
             s = sum(r[f"{p}_ms"] for p in ("queue", "pre", "h2d", "kernel", "d2h", "post"))
             errs.append(abs(r["total_ms"] - s) / r["total_ms"])
     return np.asarray(errs)
-
-
-def profiler_windows(
-    trace_path: str, host_log: dict[int, list[str]] | None = None
-) -> dict[int, tuple[float, float, float, bool]]:
-    """batch id → (ms from the first to the last kernel of the forward launched inside
-    ``netgain_batch_<id>``, ms the GPU sat idle between the end of that batch's host-to-device copy
-    and its first kernel, ms from the end of its last kernel to the host's call recording the next
-    CUDA event, whether the forward was bracketed by the device stage's event records).
-
-    The second and third are parts of the CUDA-event kernel span no kernel ran in: the start event
-    fires when the copy is done, the first kernel starts once the host has launched it; the end
-    event cannot fire before the host records it (Kineto puts host and GPU times on one clock).
-    ``host_log``, when given, gets for each batch its timeline: what its thread did and what ran
-    on the GPU, in µs from the end of the last kernel."""
-    with open(trace_path) as fh:
-        events = json.load(fh)["traceEvents"]
-    ranges = [
-        (int(e["name"].rsplit("_", 1)[1]), e["ts"], e["ts"] + e["dur"], e.get("tid"))
-        for e in events
-        if e.get("ph") == "X"
-        and str(e.get("name", "")).startswith("netgain_batch_")
-        and e.get("cat") != "gpu_user_annotation"
-    ]
-    runtime = [
-        (e["ts"], e.get("tid"), e.get("args", {}).get("correlation"), str(e.get("name", "")))
-        for e in events
-        if e.get("cat") == "cuda_runtime"
-    ]
-    # A graph launch has many kernels under one correlation id.
-    gpu: dict[object, list[tuple[str, float, float]]] = {}
-    for e in events:
-        if e.get("cat") in ("kernel", "gpu_memcpy"):
-            corr = e.get("args", {}).get("correlation")
-            name = str(e.get("name"))
-            kind = "htod" if "HtoD" in name else "dtoh" if "DtoH" in name else "copy"
-            if e["cat"] == "kernel":
-                kind = "kernel"
-            gpu.setdefault(corr, []).append((kind, e["ts"], e["ts"] + e["dur"]))
-    out = {}
-    for bid, a, b, tid in ranges:
-        calls = sorted((ts, c, name) for ts, t, c, name in runtime if a <= ts <= b and t == tid)
-        launched = [
-            (ts, g) for ts, c, name in calls if "Launch" in name or "Memcpy" in name for g in gpu.get(c, ())
-        ]
-        # The forward runs between the device stage's event records that follow its last copy in
-        # and precede its first copy out: kernels launched outside them are not the forward's (a
-        # copy out with a dtype change launches one). Other event records (the pinned-memory
-        # allocator's) may sit around the copies, so the first and last in that stretch are taken.
-        htod = [ts for ts, (kind, _, _) in launched if kind == "htod"]
-        lo = max(htod) if htod else a
-        dtoh = [ts for ts, (kind, _, _) in launched if kind == "dtoh" and ts > lo]
-        hi = min(dtoh) if dtoh else b
-        records = [ts for ts, _, name in calls if "EventRecord" in name and lo < ts < hi]
-        bracketed = len(records) >= 2
-        if bracketed:
-            lo, hi = records[0], records[-1]
-        kernels = [(ts, s, e) for ts, (kind, s, e) in launched if kind == "kernel" and lo <= ts <= hi]
-        if not kernels:
-            continue
-        first = min(s for _, s, _ in kernels)
-        last_launch, _, last_end = max(kernels, key=lambda k: k[2])
-        copies = [e for _, (kind, _, e) in launched if kind == "htod" and e <= first]
-        lead = max(0.0, first - max(copies)) if copies else 0.0
-        after = [ts for ts, _, name in calls if "EventRecord" in name and ts > last_launch]
-        tail = max(0.0, min(after) - last_end) if after else 0.0
-        out[bid] = ((last_end - first) / 1e3, lead / 1e3, tail / 1e3, bracketed)
-        if host_log is not None and after:
-            mine = {c for _, c, _ in calls}
-            lines = [
-                (e["ts"], f"{e.get('cat')}: {e.get('name')}"[:70], e.get("dur", 0))
-                for e in events
-                if e.get("ph") == "X"
-                and (
-                    (e.get("tid") == tid and a <= e["ts"] <= b)
-                    or (
-                        e.get("args", {}).get("correlation") in mine
-                        and e.get("cat") in ("kernel", "gpu_memcpy")
-                    )
-                )
-            ]
-            host_log[bid] = [f"{ts - last_end:+9.1f} us {dur:8.1f} us  {n}" for ts, n, dur in sorted(lines)]
-    return out
 
 
 def one_at_a_time(target: str, a: argparse.Namespace, opts: list[str], seconds: float) -> None:
@@ -193,21 +111,6 @@ def capture(target: str, a: argparse.Namespace, opts: list[str], ranges_only: bo
     return out.get("resp")
 
 
-def span_log_kernels(span_log: str, batch: int) -> dict[int, float]:
-    """batch id → kernel span (ms) of every full batch in the span log (lines still being written
-    are skipped)."""
-    out: dict[int, float] = {}
-    with open(span_log) as fh:
-        for line in fh:
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if r["code"] == "OK" and r["batch_size"] == batch:
-                out[r["batch_id"]] = r["kernel_ms"]
-    return out
-
-
 def kernel_rows(
     label: str, trace_path: str, kernel_ms: dict[int, float], explain: bool = False, graphs: bool = False
 ) -> list[list[object]]:
@@ -215,8 +118,12 @@ def kernel_rows(
     graph's own events, which hold neither idle stretch, so the adjusted rows are left out."""
     host_log: dict[int, list[str]] = {}
     windows = profiler_windows(trace_path, host_log)
-    pairs = [(kernel_ms[b], w, ld, tl) for b, (w, ld, tl, _) in windows.items() if b in kernel_ms and w > 0]
-    loose = sum(1 for b, w in windows.items() if b in kernel_ms and not w[3])
+    pairs = [
+        (kernel_ms[b], w.window_ms, w.idle_before_ms, w.idle_after_ms)
+        for b, w in windows.items()
+        if b in kernel_ms and w.window_ms > 0
+    ]
+    loose = sum(1 for b, w in windows.items() if b in kernel_ms and not w.bracketed)
     if loose:
         print(f"{label}: {loose} batches without two event records between the copies (all kernels used)")
     checks = [(f"kernel span vs profiler, {label}", [abs(k - w) / w for k, w, _, _ in pairs])]
@@ -251,7 +158,7 @@ def kernel_rows(
             f"last kernel to end-event record median {np.median(tails) * 1e3:.0f} us "
             f"(max {max(tails) * 1e3:.0f}) over {len(pairs)} batches"
         )
-        by_tail = sorted((w[2], b) for b, w in windows.items() if b in host_log)
+        by_tail = sorted((w.idle_after_ms, b) for b, w in windows.items() if b in host_log)
         if by_tail:
             tail_ms, bid = by_tail[len(by_tail) // 2]
             print(f"  batch {bid} (median tail, {tail_ms * 1e3:.0f} us), us from its last kernel's end:")
@@ -306,10 +213,10 @@ def main() -> None:
         if a.device.startswith("cuda"):
             # After the saturating run, so the server is warm: batches of this phase only.
             time.sleep(0.5)  # the span log is written every 50 ms
-            before = span_log_kernels(span_log, a.batch)
+            before = kernel_spans(span_log, a.batch)
             one_at_a_time(server.target, a, opts, 4.0)
             time.sleep(0.5)
-            quiet = {b: k for b, k in span_log_kernels(span_log, a.batch).items() if b not in before}
+            quiet = {b: k for b, k in kernel_spans(span_log, a.batch).items() if b not in before}
         captures: list[tuple[str, Any]] = []
         if a.device.startswith("cuda"):
             for label, ranges_only in (("full", False), ("ranges-only", True)):
@@ -328,7 +235,7 @@ def main() -> None:
         if isinstance(resp, Exception) or resp is None:
             print(f"{label} capture failed: {resp or 'no answer from the Profile RPC within 60 s'}")
             continue
-        kernels = span_log_kernels(span_log, a.batch)
+        kernels = kernel_spans(span_log, a.batch)
         rows += kernel_rows(f"{label} capture", resp.trace_path, kernels, a.explain, a.cuda_graphs)
     if a.device.startswith("cuda"):
         if a.serve_args:

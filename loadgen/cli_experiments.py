@@ -112,6 +112,12 @@ def add_parser(sub: Any) -> None:
     flag(p, "--rate", type=float, default=20.0, help="steady request rate")
     flag(p, "--duration", type=float, default=15.0, help="seconds of load")
     flag(p, "--batches", type=int, default=20, help="batches captured by torch.profiler")
+    flag(
+        p,
+        "--ranges-only",
+        action="store_true",
+        help="record netgain's batch ranges and the device's kernels, not every operator (less overhead)",
+    )
     flag(p, "--workers", type=int, default=1, help="load workers")
     flag(p, "--out", default="runs/profile", help="output directory")
     p.set_defaults(func=run_profile)
@@ -250,6 +256,7 @@ def run_profile(args: argparse.Namespace) -> int:
         args.duration,
         args.batches,
         args.workers,
+        args.ranges_only,
     )
     text = render(summary)
     with open(os.path.join(args.out, "profile-summary.md"), "w") as fh:

@@ -191,14 +191,17 @@ def test_profile_on_cpu(tmp_path: Path) -> None:
         "5",
         "--batches",
         "3",
+        "--ranges-only",
         "--out",
         str(out),
     )
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((out / "profile-summary.json").read_text())
-    assert len(summary["trace_batches"]) == 3
+    assert len(summary["trace_batches"]) == 3 and summary["ranges_only"] is True
     trace = json.loads(Path(summary["trace"]).read_text())
     names = {e.get("name") for e in trace["traceEvents"]}
     assert any(str(n).startswith("netgain_batch_") for n in names)
+    assert not any(str(n).startswith("aten::") for n in names)  # no operator recorded
+    assert "kernel_span_vs_profiler" not in summary  # no kernels on the CPU
     assert summary["phases_median_ms"]["total"] > 0
     assert (out / "profile-summary.md").read_text().startswith("# profile: tabular on cpu")

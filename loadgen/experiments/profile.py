@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from loadgen.experiments.kernels import kernel_spans, profiler_windows, span_check
 from loadgen.orchestrate import ServerProcess
 from protos import InferenceStub, pb
 from server.timing import PHASES
@@ -90,6 +91,7 @@ def run_profile(
     duration_s: float,
     batches: int,
     workers: int,
+    ranges_only: bool = False,
 ) -> dict[str, Any]:
     os.makedirs(out, exist_ok=True)
     span_log = os.path.join(out, "spans.jsonl")
@@ -150,7 +152,9 @@ def run_profile(
         else:
             summary["pyspy"] = "py-spy not installed (pip install py-spy): no CPU profile"
         with grpc.insecure_channel(sp.target) as ch:
-            resp = InferenceStub(ch).Profile(pb.ProfileRequest(batches=batches), timeout=duration_s + 120)
+            resp = InferenceStub(ch).Profile(
+                pb.ProfileRequest(batches=batches, ranges_only=ranges_only), timeout=duration_s + 120
+            )
         summary["trace"] = resp.trace_path
         summary["trace_batches"] = list(resp.batch_ids)
         load.wait()
@@ -158,6 +162,10 @@ def run_profile(
             spy.wait(120)
     summary["phases_median_ms"] = phase_medians(span_log)
     summary["torch_profiler"] = trace_top_ops(summary["trace"])
+    summary["ranges_only"] = ranges_only
+    check = span_check(profiler_windows(summary["trace"]), kernel_spans(span_log))
+    if check["batches"]:  # a device with kernels in the trace
+        summary["kernel_span_vs_profiler"] = check
     if os.path.exists(spy_path):
         summary["pyspy"] = pyspy_summary(spy_path)
         summary["pyspy_file"] = spy_path
@@ -185,6 +193,16 @@ def render(summary: dict[str, Any]) -> str:
     ]
     for name, ms in tp.get("top_kernels_ms", {}).items():
         lines.append(f"  {ms:9.3f} ms  {name}")
+    ks = summary.get("kernel_span_vs_profiler")
+    if ks:
+        lines += [
+            "",
+            f"kernel span vs torch.profiler, {ks['batches']} batches: median error "
+            f"{ks['median_error']:.1%}, {ks['within_5pct']:.0%} within 5 %; GPU idle inside the span "
+            f"(median): {ks['idle_before_first_us_median']:.0f} us before the first kernel, "
+            f"{ks['idle_after_last_us_median']:.0f} us after the last (the host still launching); "
+            f"without them {ks['median_error_without_idle']:.1%}",
+        ]
     spy = summary.get("pyspy")
     if isinstance(spy, dict):
         lines += ["", "py-spy (idle included), per thread:"]
