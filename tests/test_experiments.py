@@ -205,3 +205,34 @@ def test_profile_on_cpu(tmp_path: Path) -> None:
     assert "kernel_span_vs_profiler" not in summary  # no kernels on the CPU
     assert summary["phases_median_ms"]["total"] > 0
     assert (out / "profile-summary.md").read_text().startswith("# profile: tabular on cpu")
+
+
+@pytest.mark.gpu
+def test_profile_checks_kernel_span_on_cuda(tmp_path: Path) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA (run on the GPU machine)")
+    out = tmp_path / "prof"
+    res = netgain(
+        "profile",
+        "--model",
+        "tabular",
+        "--device",
+        "cuda",
+        "--rate",
+        "50",
+        "--duration",
+        "5",
+        "--batches",
+        "5",
+        "--ranges-only",
+        "--out",
+        str(out),
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((out / "profile-summary.json").read_text())
+    check = summary["kernel_span_vs_profiler"]
+    assert 1 <= check["batches"] <= 5 and check["unbracketed"] == 0
+    assert check["window_ms_median"] > 0 and check["idle_before_first_us_median"] >= 0
+    assert "kernel span vs torch.profiler" in (out / "profile-summary.md").read_text()
