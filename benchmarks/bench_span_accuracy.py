@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from common import run_clients, table
 
-from loadgen.experiments.kernels import kernel_spans, profiler_windows
+from loadgen.experiments.kernels import kernel_spans, matched, profiler_windows, span_errors
 from loadgen.orchestrate import ServerProcess
 
 
@@ -118,26 +118,19 @@ def kernel_rows(
     graph's own events, which hold neither idle stretch, so the adjusted rows are left out."""
     host_log: dict[int, list[str]] = {}
     windows = profiler_windows(trace_path, host_log)
-    pairs = [
-        (kernel_ms[b], w.window_ms, w.idle_before_ms, w.idle_after_ms)
-        for b, w in windows.items()
-        if b in kernel_ms and w.window_ms > 0
-    ]
-    loose = sum(1 for b, w in windows.items() if b in kernel_ms and not w.bracketed)
+    pairs = matched(windows, kernel_ms)
+    loose = sum(1 for _, w in pairs if not w.bracketed)
     if loose:
         print(f"{label}: {loose} batches without two event records between the copies (all kernels used)")
-    checks = [(f"kernel span vs profiler, {label}", [abs(k - w) / w for k, w, _, _ in pairs])]
+    errors = span_errors(pairs)
+    checks = [(f"kernel span vs profiler, {label}", errors["span"])]
     if not graphs:
         checks += [
-            ("  less GPU idle before the 1st kernel", [abs(k - ld - w) / w for k, w, ld, _ in pairs]),
-            (
-                "  less idle before and after the kernels",
-                [abs(k - ld - tl - w) / w for k, w, ld, tl in pairs],
-            ),
+            ("  less GPU idle before the 1st kernel", errors["less_idle_before"]),
+            ("  less idle before and after the kernels", errors["less_idle"]),
         ]
     rows: list[list[object]] = []
-    for name, errs in checks:
-        e = np.asarray(errs)
+    for name, e in checks:
         if e.size:
             rows.append(
                 [
@@ -149,12 +142,12 @@ def kernel_rows(
                 ]
             )
     if pairs:
-        windows_ms = [w for _, w, _, _ in pairs]
-        leads = [lead for _, _, lead, _ in pairs]
-        tails = [tail for _, _, _, tail in pairs]
+        leads = [w.idle_before_ms for _, w in pairs]
+        tails = [w.idle_after_ms for _, w in pairs]
         print(
-            f"{label}: profiler window median {np.median(windows_ms):.3f} ms; GPU idle between copy "
-            f"and first kernel median {np.median(leads) * 1e3:.0f} us (max {max(leads) * 1e3:.0f}); "
+            f"{label}: profiler window median {np.median([w.window_ms for _, w in pairs]):.3f} ms; "
+            f"GPU idle between copy and first kernel median {np.median(leads) * 1e3:.0f} us "
+            f"(max {max(leads) * 1e3:.0f}); "
             f"last kernel to end-event record median {np.median(tails) * 1e3:.0f} us "
             f"(max {max(tails) * 1e3:.0f}) over {len(pairs)} batches"
         )

@@ -117,21 +117,41 @@ def kernel_spans(span_log: str, batch_size: int | None = None) -> dict[int, floa
     return out
 
 
+def matched(
+    windows: dict[int, KernelWindow], kernel_ms: dict[int, float]
+) -> list[tuple[float, KernelWindow]]:
+    """(kernel span ms, window) for every batch that has both and a window longer than zero."""
+    return [(kernel_ms[b], w) for b, w in windows.items() if b in kernel_ms and w.window_ms > 0]
+
+
+def span_errors(pairs: list[tuple[float, KernelWindow]]) -> dict[str, np.ndarray]:
+    """Each kernel span's relative error against its window: as measured, less the GPU's idle
+    time before the first kernel, and less both idle stretches."""
+    k = np.asarray([span for span, _ in pairs], dtype=np.float64)
+    w = np.asarray([win.window_ms for _, win in pairs], dtype=np.float64)
+    before = np.asarray([win.idle_before_ms for _, win in pairs], dtype=np.float64)
+    after = np.asarray([win.idle_after_ms for _, win in pairs], dtype=np.float64)
+    return {
+        "span": np.abs(k - w) / w,
+        "less_idle_before": np.abs(k - before - w) / w,
+        "less_idle": np.abs(k - before - after - w) / w,
+    }
+
+
 def span_check(windows: dict[int, KernelWindow], kernel_ms: dict[int, float]) -> dict[str, Any]:
     """Kernel spans (ms, by batch id) against the windows of the same batches: relative errors,
     also with the idle stretches taken off, and the stretches themselves."""
-    pairs = [(kernel_ms[b], w) for b, w in windows.items() if b in kernel_ms and w.window_ms > 0]
+    pairs = matched(windows, kernel_ms)
     if not pairs:
         return {"batches": 0}
-    err = np.asarray([abs(k - w.window_ms) / w.window_ms for k, w in pairs])
-    idle = [w.idle_before_ms + w.idle_after_ms for _, w in pairs]
-    net = np.asarray([abs(k - i - w.window_ms) / w.window_ms for (k, w), i in zip(pairs, idle, strict=True)])
+    errors = span_errors(pairs)
+    err = errors["span"]
     return {
         "batches": len(pairs),
         "median_error": float(np.median(err)),
         "p99_error": float(np.percentile(err, 99)),
         "within_5pct": float((err <= 0.05).mean()),
-        "median_error_without_idle": float(np.median(net)),
+        "median_error_without_idle": float(np.median(errors["less_idle"])),
         "window_ms_median": float(np.median([w.window_ms for _, w in pairs])),
         "idle_before_first_us_median": float(np.median([w.idle_before_ms for _, w in pairs]) * 1e3),
         "idle_after_last_us_median": float(np.median([w.idle_after_ms for _, w in pairs]) * 1e3),
