@@ -31,6 +31,7 @@ from common import run_clients, table
 
 from loadgen.experiments.kernels import kernel_spans, matched, profiler_windows, span_errors
 from loadgen.orchestrate import ServerProcess
+from server.timing import PHASES
 
 
 def phase_sum_errors(span_log: str) -> np.ndarray:
@@ -40,7 +41,7 @@ def phase_sum_errors(span_log: str) -> np.ndarray:
             r = json.loads(line)
             if r["code"] != "OK" or r["total_ms"] <= 0:
                 continue
-            s = sum(r[f"{p}_ms"] for p in ("queue", "pre", "h2d", "kernel", "d2h", "post"))
+            s = sum(r[f"{p}_ms"] for p in PHASES)
             errs.append(abs(r["total_ms"] - s) / r["total_ms"])
     return np.asarray(errs)
 
@@ -198,6 +199,7 @@ def main() -> None:
     args += shlex.split(a.serve_args)
     rows = []
     quiet: dict[int, float] = {}
+    captures: list[tuple[str, Any]] = []
     with ServerProcess(args) as server:
         server.wait_ready()
         run_clients(
@@ -210,8 +212,6 @@ def main() -> None:
             one_at_a_time(server.target, a, opts, 4.0)
             time.sleep(0.5)
             quiet = {b: k for b, k in kernel_spans(span_log, a.batch).items() if b not in before}
-        captures: list[tuple[str, Any]] = []
-        if a.device.startswith("cuda"):
             for label, ranges_only in (("full", False), ("ranges-only", True)):
                 captures.append((label, capture(server.target, a, opts, ranges_only)))
     errs = phase_sum_errors(span_log)
@@ -224,24 +224,23 @@ def main() -> None:
             f"{(errs <= 0.02).mean() * 100:.2f} %",
         ]
     )
+    kernels = kernel_spans(span_log, a.batch)  # the server has stopped: the whole log
     for label, resp in captures:
         if isinstance(resp, Exception) or resp is None:
             print(f"{label} capture failed: {resp or 'no answer from the Profile RPC within 60 s'}")
             continue
-        kernels = kernel_spans(span_log, a.batch)
         rows += kernel_rows(f"{label} capture", resp.trace_path, kernels, a.explain, a.cuda_graphs)
     if a.device.startswith("cuda"):
         if a.serve_args:
             print(f"note: the standalone runner uses the defaults, not --serve-args {a.serve_args!r}")
         unprofiled, spans, trace_path = standalone(a, opts, tmp)
         rows += kernel_rows("standalone, ranges-only", trace_path, spans, a.explain, a.cuda_graphs)
-        served = sorted(quiet.items())
-        if served:
-            srv = np.median([k for _, k in served]) * 1e3
+        if quiet:
+            srv = np.median(list(quiet.values())) * 1e3
             alone = np.median(unprofiled) * 1e3
             print(
                 f"unprofiled, one batch at a time: kernel span median {srv:.1f} us in the server "
-                f"({len(served)} batches), {alone:.1f} us standalone ({len(unprofiled)}): "
+                f"({len(quiet)} batches), {alone:.1f} us standalone ({len(unprofiled)}): "
                 f"{(srv / alone - 1) * 100:+.2f} %"
             )
     print(table(rows, ["check", "n", "median error", "p99 error", "share within 2 %"]))
