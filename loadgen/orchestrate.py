@@ -111,7 +111,11 @@ class ServerProcess:
                 except grpc.RpcError as exc:
                     if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
                         raise CliError(f"{self.target} has no grpc.health.v1 service to wait on") from None
-                time.sleep(0.01)  # the stream ended or was refused before SERVING: look again
+                    if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                        # The stream's own deadline: watch again at once (a new stream sends the
+                        # current status first), or a transition in the pause is seen late.
+                        continue
+                time.sleep(0.01)  # the stream was refused or ended before SERVING: look again
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:

@@ -172,9 +172,10 @@ def test_drill_with_scale_up(tmp_path: Path) -> None:
     up = d["scale_up"]
     assert up["replica2_ok_requests"] > 0
     # SERVING comes from the drill's health watcher, the first OK from a load worker's clock: a
-    # request already inside the server when it turns ready may answer a hair before the watch
-    # message lands, so allow a few ms (polling Check used to be ~50 ms late, which this catches)
-    assert up["replica2_spawn_to_first_ok_s"] >= up["replica2_spawn_to_serving_s"] - 0.005
+    # request already inside the server when it turns ready may answer before the watch message
+    # is read, and on a loaded 2-core CI machine the watcher's thread was seen 9 ms late. Polling
+    # Check every 50 ms (the old way) was up to 50 ms late, which this still catches most times.
+    assert up["replica2_spawn_to_first_ok_s"] >= up["replica2_spawn_to_serving_s"] - 0.02
     assert up["replica2_spawn_to_serving_s"] > 0
 
 
