@@ -142,6 +142,15 @@ def test_compare_two_cpu_setups_end_to_end_and_resume(tmp_path: Path) -> None:
     again = netgain(*args)
     assert again.returncode == 0
     assert again.stderr.count("reused") == 6 and "netgain load:" not in again.stdout
+    # Runs imported with --treatment-from are labelled with the device they recorded (cpu here),
+    # not with --treatment-device's default (cuda).
+    i = args.index("--treatment-device")
+    imported = args[:i] + args[i + 2 :] + ["--treatment-from", str(out / "treatment")]
+    third = netgain(*imported)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "treatment cpu batch 1 warm: reused" in third.stderr and "treatment cuda" not in third.stderr
+    rep = json.loads((out / "compare-warm" / "report.json").read_text())
+    assert {row[1] for row in rep["compare"]["runs"] if row[0] == "treatment"} == {"cpu"}
 
 
 @pytest.mark.slow

@@ -121,9 +121,23 @@ def _summary(run_dir: str) -> tuple[float, bool]:
     return float(rep["latency_ms"]["p99"] or float("inf")), bool(rep["valid"])
 
 
+def _recorded_device(run_dir: str) -> str | None:
+    """The device the server of a finished run said it ran on (meta.json), or None."""
+    try:
+        with open(os.path.join(run_dir, "meta.json")) as fh:
+            device = json.load(fh).get("server", {}).get("device")
+    except (OSError, ValueError):
+        return None
+    return str(device) if device else None
+
+
 def run_side(cfg: CompareConfig, side: Side, progress: Progress) -> dict[str, Any]:
     """All runs of one side; returns {"batches": {b: {...paths}}, "best_batch": b, "sweep": [dirs]}."""
     root = side.from_dir or os.path.join(cfg.out, side.name)
+    if side.from_dir:
+        # Imported runs say where they ran: label them with that, not with --treatment-device.
+        first = os.path.join(root, f"b{cfg.batch_sizes[0]}", "warm")
+        side.device = _recorded_device(first) or side.device
     os.makedirs(root, exist_ok=True)
     result: dict[str, Any] = {"root": root, "batches": {}, "sweep": []}
     for b in cfg.batch_sizes:
