@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -25,6 +26,7 @@ def probe_target(target: str, wait_ready_s: float = 0.0, tls_ca: str | None = No
         raise CliError(f"--target {target!r}: expected HOST:PORT")
     deadline = time.monotonic() + wait_ready_s
     last = ""
+    said = False
     with channel_for(target, tls_ca) as ch:
         health = health_pb2_grpc.HealthStub(ch)
         while True:
@@ -40,4 +42,11 @@ def probe_target(target: str, wait_ready_s: float = 0.0, tls_ca: str | None = No
                     f"target {target} is not ready ({last}); is `netgain serve` running there? "
                     "(--wait-ready-s waits for it)"
                 )
+            if not said:  # a silent wait of up to --wait-ready-s looks like a hang
+                print(
+                    f"netgain: waiting up to {wait_ready_s:g} s for {target} to be SERVING ({last})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                said = True
             time.sleep(0.2)
