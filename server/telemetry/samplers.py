@@ -11,46 +11,70 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from server.telemetry.metrics import ServerMetrics
-from server.threadnames import name_os_thread
+from server.threadnames import name_os_thread, own_threads
 
 log = logging.getLogger("netgain.server")
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def thread_role(name: str, tid: int, pid: int) -> str:
-    """Map a thread name (from /proc/self/task/TID/comm) to a role."""
+# OS names of the server's own threads (server.threadnames); the netgain- forms are their Python names.
+_OWN_ROLES = (
+    ("ng-prepost", "prepost"),
+    ("ng-device", "device"),
+    ("ng-batcher", "batcher"),
+    ("ng-recorder", "telemetry"),
+    ("ng-sampler", "telemetry"),
+    ("netgain-prepost", "prepost"),
+    ("netgain-device", "device"),
+    ("netgain-batcher", "batcher"),
+    ("netgain-recorder", "telemetry"),
+    ("netgain-sampler", "telemetry"),
+)
+_OTHER_ROLES = (
+    ("grpc", "grpc"),
+    ("default-exec", "grpc"),
+    ("resolver", "grpc"),
+    ("event_engine", "grpc"),
+    ("pt_", "compute"),
+)
+_OWN_PREFIXES = tuple(prefix for prefix, _ in _OWN_ROLES)
+
+
+def thread_role(name: str, tid: int, pid: int, own: Mapping[int, str] | None = None) -> str:
+    """Map a thread (its name from /proc/self/task/TID/comm, its id) to a role.
+
+    ``own`` maps the native ids of the server's own named threads to their names. When given,
+    a thread is classified by id first: one that carries one of our names without being one of
+    ours inherited it from the thread that started it (torch's OpenMP workers copy the device
+    thread's name), and counts as ``compute``. Without it, the name alone decides.
+    """
     if tid == pid:
         return "frontend"  # main thread: asyncio loop and the gRPC Python handlers
-    for prefix, role in (
-        ("ng-prepost", "prepost"),  # OS names set by server.threadnames
-        ("ng-device", "device"),
-        ("ng-batcher", "batcher"),
-        ("ng-recorder", "telemetry"),
-        ("ng-sampler", "telemetry"),
-        ("netgain-prepost", "prepost"),
-        ("netgain-device", "device"),
-        ("netgain-batcher", "batcher"),
-        ("netgain-recorder", "telemetry"),
-        ("netgain-sampler", "telemetry"),
-        ("grpc", "grpc"),
-        ("default-exec", "grpc"),
-        ("resolver", "grpc"),
-        ("event_engine", "grpc"),
-        ("pt_", "compute"),
-    ):
+    if own is not None:
+        if tid in own:
+            name = own[tid]
+        elif name.startswith(_OWN_PREFIXES):
+            return "compute"
+    for prefix, role in (*_OWN_ROLES, *_OTHER_ROLES):
         if name.startswith(prefix):
             return role
     return "compute"  # unnamed threads are mostly torch's intra-op (OpenMP) workers
 
 
 def read_thread_cpu(pid: int | None = None) -> dict[str, float]:
-    """CPU seconds used so far, summed by thread role (Linux /proc)."""
+    """CPU seconds used so far, summed by thread role (Linux /proc).
+
+    In this process, the server's own threads are known by id (``own_threads``); another
+    process's threads are classified by name only.
+    """
     pid = pid or os.getpid()
+    registered = own_threads() if pid == os.getpid() else None
+    own: dict[int, str] | None = None if registered is None else {}  # confirmed as ours in this pass
     out: dict[str, float] = {}
     base = f"/proc/{pid}/task"
     for entry in os.listdir(base):
@@ -63,7 +87,12 @@ def read_thread_cpu(pid: int | None = None) -> dict[str, float]:
             continue  # thread ended
         fields = stat.rsplit(")", 1)[1].split()
         seconds = (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
-        role = thread_role(name, int(entry), pid)
+        tid = int(entry)
+        mine = registered.get(tid) if registered is not None else None
+        # The start time must match too: an id recorded for a thread that has ended may be reused.
+        if own is not None and mine is not None and mine[1] in (None, int(fields[19])):
+            own[tid] = mine[0]
+        role = thread_role(name, tid, pid, own)
         out[role] = out.get(role, 0.0) + seconds
     return out
 

@@ -1,0 +1,174 @@
+"""CPU of torch's worker threads counted as ``compute``."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import ServerLauncher
+from PIL import Image
+from prometheus_client.parser import text_string_to_metric_families
+
+from protos import pb
+from server.telemetry import samplers
+from server.telemetry.samplers import read_thread_cpu, thread_role
+from server.threadnames import name_os_thread, own_threads
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+# -- bug 1: threads that inherit one of our names ------------------------------------------------
+def test_thread_role_by_id_first() -> None:
+    own = {12: "ng-device-0", 13: "ng-prepost_1", 14: "ng-batcher"}
+    assert thread_role("python", 10, 10, own) == "frontend"
+    assert thread_role("ng-device-0", 12, 10, own) == "device"
+    assert thread_role("ng-prepost_1", 13, 10, own) == "prepost"
+    assert thread_role("ng-batcher", 14, 10, own) == "batcher"
+    # The same names on threads that are not ours: copied from the thread that started them.
+    assert thread_role("ng-device-0", 20, 10, own) == "compute"
+    assert thread_role("ng-prepost_1", 21, 10, own) == "compute"
+    assert thread_role("netgain-device-0", 22, 10, own) == "compute"
+    # Names that are not ours still decide for other threads.
+    assert thread_role("grpc_global_tim", 23, 10, own) == "grpc"
+    assert thread_role("default-executo", 24, 10, own) == "grpc"
+    assert thread_role("python", 25, 10, own) == "compute"
+    # A registered thread is known by its recorded name, whatever its comm says now.
+    assert thread_role("python", 12, 10, own) == "device"
+    # Without the registry (another process), the name alone decides, as before.
+    assert thread_role("ng-device-0", 20, 10) == "device"
+
+
+@contextlib.contextmanager
+def worker_of_named_thread() -> Iterator[int]:
+    """A thread named ``ng-device-9`` starts an unnamed thread that burns CPU; yields its id."""
+    stop = threading.Event()
+    started = threading.Event()
+    child_tid: list[int] = []
+
+    def burn() -> None:
+        child_tid.append(threading.get_native_id())
+        started.set()
+        deadline = time.monotonic() + 10.0
+        while not stop.is_set() and time.monotonic() < deadline:
+            sum(range(1000))
+
+    def device() -> None:
+        name_os_thread()
+        child = threading.Thread(target=burn, name="unnamed-worker")  # never calls name_os_thread
+        child.start()
+        child.join()
+
+    parent = threading.Thread(target=device, name="netgain-device-9")
+    parent.start()
+    try:
+        assert started.wait(5.0)
+        yield child_tid[0]
+    finally:
+        stop.set()
+        parent.join(15.0)
+
+
+@linux_only
+def test_worker_of_a_named_thread_counts_as_compute() -> None:
+    """A thread started by ``ng-device-9`` inherits that OS name; its CPU goes to compute."""
+    before = read_thread_cpu()
+    with worker_of_named_thread() as tid:
+        time.sleep(0.5)
+        with open(f"/proc/self/task/{tid}/comm") as fh:
+            comm = fh.read().strip()
+        during = read_thread_cpu()
+        assert tid not in own_threads()
+    assert comm == "ng-device-9"  # the copied name the sampler must see through
+    assert during.get("compute", 0.0) - before.get("compute", 0.0) >= 0.2, (before, during)
+    assert during.get("device", 0.0) - before.get("device", 0.0) < 0.1, (before, during)
+
+
+@linux_only
+def test_stale_record_of_a_reused_id_is_not_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An id recorded for a thread that has ended may come back on another: start times differ."""
+    before = read_thread_cpu()
+    with worker_of_named_thread() as tid:
+        time.sleep(0.5)
+        monkeypatch.setattr(samplers, "own_threads", lambda: {tid: ("ng-device-9", 1)})
+        stale = read_thread_cpu()
+        with open(f"/proc/self/task/{tid}/stat") as fh:
+            start = int(fh.read().rsplit(")", 1)[1].split()[19])
+        monkeypatch.setattr(samplers, "own_threads", lambda: {tid: ("ng-device-9", start)})
+        live = read_thread_cpu()
+    assert stale.get("device", 0.0) - before.get("device", 0.0) < 0.1, (before, stale)
+    assert live.get("device", 0.0) - before.get("device", 0.0) >= 0.2, (before, live)
+
+
+def png(size: int = 48) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (size, size), color=(120, 30, 200)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def role_ratios(text: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "netgain_thread_cpu_ratio":
+            for s in fam.samples:
+                out[s.labels["role"]] = s.value
+    return out
+
+
+@linux_only
+def test_image_server_reports_compute_cpu(start_server: ServerLauncher) -> None:
+    """torch's second intra-op thread does half the forward pass; it must not read as device."""
+    server = start_server(
+        "--model",
+        "image",
+        "--device",
+        "cpu",
+        "--intra-op-threads",
+        "2",
+        "--handler-option",
+        "size=96",
+        "--max-batch-size",
+        "8",
+        "--max-queue-delay-ms",
+        "2",
+        "--warmup-batches",
+        "1",
+        "--sample-interval-s",
+        "0.25",
+    )
+    stub = server.stub()
+    request = pb.InferRequest(inputs=[pb.Input(data=png())])
+    stop = threading.Event()
+
+    def client() -> int:
+        done = 0
+        while not stop.is_set():
+            stub.Infer(request, timeout=20)
+            done += 1
+        return done
+
+    compute: list[float] = []
+    device: list[float] = []
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(client) for _ in range(4)]
+        try:
+            end = time.monotonic() + 20.0
+            while time.monotonic() < end and len(compute) < 6:
+                time.sleep(0.3)
+                roles = role_ratios(server.metrics_text())
+                if roles.get("device", 0.0) > 0:  # a sample taken under load
+                    compute.append(roles.get("compute", 0.0))
+                    device.append(roles.get("device", 0.0))
+        finally:
+            stop.set()
+        served = sum(f.result(timeout=30) for f in futures)
+    assert served > 0
+    assert len(compute) >= 3, (compute, device)
+    assert max(compute) > 0.0, (compute, device)
+    # The worker runs its share of every forward pass: no longer a rounding error next to device.
+    assert sum(compute) >= 0.25 * sum(device), (compute, device)
