@@ -2,14 +2,43 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 
 COLD_START_PHASES = ("process_start", "imports", "model_built", "on_device", "warmup", "ready")
 
 
+def _linux_create_time() -> float | None:
+    """Creation time from /proc/self/stat's starttime (clock ticks since boot, CLOCK_BOOTTIME)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        with open("/proc/self/stat") as fh:
+            stat = fh.read()
+        # Fields after the command name, which may itself hold spaces or ")": starttime is field 22.
+        start_ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        ticks_per_s = os.sysconf("SC_CLK_TCK")
+        boot_s = time.clock_gettime(time.CLOCK_BOOTTIME)
+        now_unix_s = time.time()
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    # The age is measured on the kernel's own clock, then placed on the Unix clock the marks use.
+    return now_unix_s - (boot_s - start_ticks / ticks_per_s)
+
+
 def process_create_time() -> float:
-    """Unix time at which this process was created (kernel's record, via psutil)."""
+    """Unix time at which this process was created.
+
+    Not psutil's ``create_time()`` on Linux: it adds the start ticks to /proc/stat's ``btime``,
+    which is whole seconds, so it comes out up to 1 s early and inflates every phase end by
+    that much. Here the process's age comes from the same boot-time clock as its start ticks
+    (10 ms resolution, rounded down, so never later than the true creation).
+    """
+    created = _linux_create_time()
+    if created is not None:
+        return created
     try:
         import psutil
 
