@@ -234,6 +234,10 @@ class Engine:
         plan = self.plan
         end = self.epoch_perf_ns + plan.duration_ns
         seq = 0
+        # Start at the common epoch, as the open loop does: requests sent before it had negative
+        # times, overlapped other workers' preparation and were miscounted by the master.
+        while (left := self.epoch_perf_ns - time.perf_counter_ns()) > 0:
+            await asyncio.sleep(left / 1e9)
 
         async def user() -> None:
             nonlocal seq

@@ -97,18 +97,21 @@ class LiveStats:
             return pc.fill_null(batch.column(name), -1).to_numpy(zero_copy_only=False)
 
         sched, sent, done = ints("scheduled_ns"), ints("sent_ns"), ints("done_ns")
-        answered = done >= 0
+        # Answered means a done time, whatever its sign: times are relative to the epoch.
+        done_col, status = batch.column("done_ns"), batch.column("status")
+        answered = done_col.is_valid().to_numpy(zero_copy_only=False)
         measured = answered & ~batch.column("warmup").to_numpy(zero_copy_only=False)
         lat = (done - sched)[measured]
         lag = np.maximum((sent - sched)[measured], 0)  # early by clock noise counts as on time
         self.latency.add_many(lat)
         self.lag.add_many(lag)
-        codes = batch.column("status").value_counts().to_pylist()
-        by_code = {c["values"]: int(c["counts"]) for c in codes}
-        n_ok, n_drop, n_answered = by_code.get("OK", 0), by_code.get("DROPPED", 0), int(answered.sum())
+        by_code = {c["values"]: int(c["counts"]) for c in status.value_counts().to_pylist()}
+        n_ok, n_answered = by_code.get("OK", 0), len(batch) - done_col.null_count
+        if done_col.null_count:  # only answered OKs count (the engine writes none without a done time)
+            n_ok -= pc.sum(pc.equal(status.filter(pc.is_null(done_col)), "OK")).as_py() or 0
         self.ok += n_ok
-        self.dropped += n_drop
-        self.errors += n_answered - n_ok
+        self.dropped += by_code.get("DROPPED", 0)
+        self.errors += n_answered - n_ok  # answered and not OK: never negative
         self.sent += n_answered
         m = self.metrics
         if m is not None:

@@ -1,0 +1,86 @@
+"""Regressions in `netgain load`: closed loop at the epoch, error counts.
+
+Real processes on 127.0.0.1: a null server and `netgain load` with one local worker."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from conftest import run_netgain as netgain
+
+from loadgen.runner.live import LiveStats
+from loadgen.runner.protocol import RECORD_COLUMNS, empty_columns
+from loadgen.runner.wire import records_batch
+
+RUN_TIMEOUT_S = 90.0
+
+
+def rows(run_dir: Path) -> dict[str, np.ndarray]:
+    t = pq.read_table(run_dir / "requests.parquet")
+    return {c: t.column(c).to_numpy(zero_copy_only=False) for c in t.column_names}
+
+
+def meta(run_dir: Path) -> dict[str, Any]:
+    return dict(json.loads((run_dir / "meta.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def null_server(start_server_module: Any) -> Any:
+    return start_server_module("--model", "null", "--device", "cpu")
+
+
+@pytest.mark.slow
+def test_closed_loop_starts_at_the_epoch_and_errors_are_not_negative(
+    null_server: Any, tmp_path: Path
+) -> None:
+    out = tmp_path / "closed"
+    res = netgain(
+        "load", "--target", null_server.target, "--mode", "closed", "--concurrency", "4",
+        "--duration", "2", "--warmup-s", "0", "--out", str(out), "--quiet",
+        timeout=RUN_TIMEOUT_S,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr + res.stdout
+    r = rows(out)
+    assert len(r["index"]) > 20
+    assert (r["scheduled_ns"] >= 0).all() and (r["sent_ns"] >= 0).all()  # nothing before the epoch
+    assert (r["done_ns"] <= 2e9 + 10e9).all()  # within duration + request timeout
+    counts = meta(out)["counts"]
+    not_ok = int((r["status"] != "OK").sum())
+    assert counts["errors"] == not_ok == 0
+    assert counts["ok"] == counts["answered"] == counts["rows"] == len(r["index"])
+    assert f"ok {len(r['index'])} errors 0 dropped 0" in res.stdout
+
+
+def _row(i: int, done_ns: int | None, status: str) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(RECORD_COLUMNS)
+    row.update(
+        index=i, request_id=f"r-{i}", worker=0, target="t", warmup=False, scheduled_ns=-500_000_000 + i,
+        sent_ns=None if done_ns is None else -499_000_000 + i, done_ns=done_ns, status=status,
+        items=1, request_bytes=3, response_bytes=0,
+    )  # fmt: skip
+    return row
+
+
+def test_answered_is_a_done_time_whatever_its_sign() -> None:
+    rows_ = [
+        _row(0, -400_000_000, "OK"),  # answered before the epoch: still answered
+        _row(1, -300_000_000, "OK"),
+        _row(2, 1_000_000, "UNAVAILABLE"),
+        _row(3, -200_000_000, "DEADLINE_EXCEEDED"),
+        _row(4, None, "DROPPED"),
+        _row(5, None, "OK"),  # no done time: not answered, so not counted OK either
+    ]
+    cols = empty_columns()
+    for row in rows_:
+        for c in RECORD_COLUMNS:
+            cols[c].append(row[c])
+    live = LiveStats(None, out=io.StringIO())
+    live.add(records_batch(cols))
+    assert (live.sent, live.ok, live.errors, live.dropped) == (4, 2, 2, 1)
+    assert live.latency.total == 4
