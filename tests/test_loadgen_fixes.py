@@ -1,4 +1,4 @@
-"""Regressions in `netgain load`: closed loop at the epoch, error counts.
+"""Regressions in `netgain load`: closed loop at the epoch, error counts, the web UI.
 
 Real processes on 127.0.0.1: a null server and `netgain load` with one local worker."""
 
@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import io
 import json
+import queue
+import re
+import subprocess
+import threading
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import netgain_cmd, server_env
 from conftest import run_netgain as netgain
 
 from loadgen.runner.live import LiveStats
@@ -84,3 +91,75 @@ def test_answered_is_a_done_time_whatever_its_sign() -> None:
     live.add(records_batch(cols))
     assert (live.sent, live.ok, live.errors, live.dropped) == (4, 2, 2, 1)
     assert live.latency.total == 4
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=5.0) as resp:
+        return int(resp.status), bytes(resp.read())
+
+
+@pytest.mark.slow
+def test_web_ui_serves_during_a_run(null_server: Any, tmp_path: Path) -> None:
+    out = tmp_path / "web"
+    cmd = netgain_cmd(
+        "load", "--target", null_server.target, "--rate", "50", "--duration", "2", "--warmup-s", "0",
+        "--out", str(out), "--web-ui", "--web-port", "0", "--max-send-lag-ms", "50",
+    )  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=server_env(),
+    )
+    lines: queue.Queue[str | None] = queue.Queue()
+    err: list[str] = []
+
+    def pump() -> None:  # stderr read on a thread, so the test's wait stays bounded
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            err.append(line)
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        url = None
+        deadline = time.monotonic() + 60.0
+        while url is None and time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            if m := re.search(r"web UI on (http://127\.0\.0\.1:(\d+)/)", line):
+                url = m.group(1)
+        assert url is not None, "no web UI line: " + "".join(err)
+        # The page is built on each GET from Locust's flags, as during the run's creation.
+        status, body = _get(url)
+        assert status == 200 and b"<html" in body.lower()
+        status, body = _get(url + "stats/requests")
+        assert status == 200 and "stats" in json.loads(body)
+        stdout, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 0, "".join(err) + stdout
+    r = rows(out)
+    assert len(r["index"]) > 50 and (r["status"] == "OK").all()
+
+
+@pytest.mark.slow
+def test_web_ui_on_a_taken_port_fails_in_one_line(null_server: Any, tmp_path: Path) -> None:
+    taken = str(null_server.grpc_port)
+    res = netgain(
+        "load", "--target", null_server.target, "--duration", "1", "--warmup-s", "0",
+        "--out", str(tmp_path / "run"), "--web-ui", "--web-port", taken, "--quiet",
+        timeout=RUN_TIMEOUT_S,
+    )  # fmt: skip
+    assert res.returncode == 2
+    assert f"--web-ui: cannot serve on 127.0.0.1:{taken}" in res.stderr
+    assert "Traceback" not in res.stderr

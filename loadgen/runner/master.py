@@ -4,6 +4,7 @@ writes the run directory."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import socket
@@ -11,11 +12,14 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import gevent
 import grpc
+from gevent import pywsgi
 from prometheus_client import CollectorRegistry, start_http_server
 
 from loadgen.runner.live import ClientMetrics, LiveStats
@@ -88,6 +92,7 @@ class Master:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env: Any = None  # Locust's Environment, once the run starts
         self.epoch_ns = 0
+        self.web_port = -1  # as bound (--web-port 0: any free one); -1 when not served
         registry = CollectorRegistry()
         self.client_metrics = ClientMetrics(registry) if cfg.metrics_port >= 0 else None
         self.registry = registry
@@ -148,7 +153,8 @@ class Master:
         for name, fn in handlers:
             runner.register_message(name, fn)
         if cfg.web_ui:
-            env.create_web_ui(cfg.master_bind_host, cfg.web_port)
+            self.web_port = self._start_web_ui(env)
+            self.log(f"web UI on http://{cfg.master_bind_host}:{self.web_port}/")
         if self.client_metrics is not None:
             httpd, _ = start_http_server(cfg.metrics_port, addr=cfg.master_bind_host, registry=self.registry)
             self.log(f"client metrics on http://{cfg.master_bind_host}:{httpd.server_port}/metrics")
@@ -172,6 +178,35 @@ class Master:
                 except subprocess.TimeoutExpired:
                     p.kill()
         return self._finish(infos, model)
+
+    def _start_web_ui(self, env: Any) -> int:
+        """Start Locust's web UI and return the port it bound."""
+        with _locust_argv():
+            web_ui = env.create_web_ui(self.cfg.master_bind_host, self.cfg.web_port, delayed_start=True)
+        build = web_ui.update_template_args
+
+        def update_template_args() -> None:  # runs again on every GET /
+            with _locust_argv():
+                build()
+
+        web_ui.update_template_args = update_template_args
+        # Locust's own start() binds inside a greenlet, where a taken port is only a logged
+        # traceback; bound here, it fails the run in one line and port 0 can be reported.
+        server = pywsgi.WSGIServer(
+            (self.cfg.master_bind_host, self.cfg.web_port),
+            web_ui.app,
+            log=None,
+            error_log=logging.getLogger("locust.web"),
+        )
+        try:
+            server.init_socket()
+        except OSError as exc:
+            raise CliError(
+                f"--web-ui: cannot serve on {self.cfg.master_bind_host}:{self.cfg.web_port}: {exc}"
+            ) from exc
+        web_ui.server = server
+        web_ui.greenlet = gevent.spawn(server.serve_forever)
+        return int(server.server_port)
 
     def _spawn_worker(self) -> subprocess.Popen[bytes]:
         cmd = [
@@ -410,6 +445,18 @@ class Master:
 
     def done_cpu(self) -> dict[int, float]:
         return {w: float(d.get("cpu_ratio", 0.0)) for w, d in self.done.items()}
+
+
+@contextmanager
+def _locust_argv() -> Iterator[None]:
+    """Locust's web UI parses ``sys.argv`` as Locust's own flags whenever it builds its page (to
+    list a locustfile's custom options); ours made it exit 2. It is shown no flags instead."""
+    saved = sys.argv
+    sys.argv = saved[:1]
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 def build_meta(
