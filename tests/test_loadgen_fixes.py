@@ -1,4 +1,4 @@
-"""Regressions in `netgain load`: closed loop at the epoch, error counts, the web UI.
+"""Regressions in `netgain load`: closed loop at the epoch, error counts, the web UI, bound ports.
 
 Real processes on 127.0.0.1: a null server and `netgain load` with one local worker."""
 
@@ -150,6 +150,9 @@ def test_web_ui_serves_during_a_run(null_server: Any, tmp_path: Path) -> None:
     assert proc.returncode == 0, "".join(err) + stdout
     r = rows(out)
     assert len(r["index"]) > 50 and (r["status"] == "OK").all()
+    m = meta(out)
+    assert m["config"]["web_port"] == int(url.rsplit(":", 1)[1].rstrip("/"))
+    assert m["config"]["web_port_requested"] == 0
 
 
 @pytest.mark.slow
@@ -163,3 +166,19 @@ def test_web_ui_on_a_taken_port_fails_in_one_line(null_server: Any, tmp_path: Pa
     assert res.returncode == 2
     assert f"--web-ui: cannot serve on 127.0.0.1:{taken}" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.slow
+def test_metrics_port_zero_records_the_bound_port(null_server: Any, tmp_path: Path) -> None:
+    out = tmp_path / "metrics"
+    res = netgain(
+        "load", "--target", null_server.target, "--rate", "50", "--duration", "1", "--warmup-s", "0",
+        "--out", str(out), "--metrics-port", "0", "--quiet", "--max-send-lag-ms", "50",
+        timeout=RUN_TIMEOUT_S,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert "client metrics on" not in res.stderr  # --quiet hides the line: meta.json has the port
+    config = meta(out)["config"]
+    assert config["metrics_port_requested"] == 0
+    assert 0 < config["metrics_port"] < 65536
+    assert config["web_port"] == -1  # not served

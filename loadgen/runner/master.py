@@ -92,7 +92,9 @@ class Master:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env: Any = None  # Locust's Environment, once the run starts
         self.epoch_ns = 0
-        self.web_port = -1  # as bound (--web-port 0: any free one); -1 when not served
+        # Ports actually bound (the flags may say 0: any free one); -1 when not served.
+        self.metrics_port = -1
+        self.web_port = -1
         registry = CollectorRegistry()
         self.client_metrics = ClientMetrics(registry) if cfg.metrics_port >= 0 else None
         self.registry = registry
@@ -157,7 +159,8 @@ class Master:
             self.log(f"web UI on http://{cfg.master_bind_host}:{self.web_port}/")
         if self.client_metrics is not None:
             httpd, _ = start_http_server(cfg.metrics_port, addr=cfg.master_bind_host, registry=self.registry)
-            self.log(f"client metrics on http://{cfg.master_bind_host}:{httpd.server_port}/metrics")
+            self.metrics_port = int(httpd.server_port)
+            self.log(f"client metrics on http://{cfg.master_bind_host}:{self.metrics_port}/metrics")
         port = runner.server.port
         self.log(
             f"master on {cfg.master_bind_host}:{port}; starting {cfg.workers} local worker(s)"
@@ -472,6 +475,11 @@ def build_meta(
         rate=len(master.schedule) / max(1e-9, cfg.warmup_s + cfg.duration_s),
         model=model,
         arrival=master.schedule.source,
+        # The ports bound (-1: not served), so a port given as 0 can be found; the flags as given too.
+        metrics_port=master.metrics_port,
+        metrics_port_requested=cfg.metrics_port,
+        web_port=master.web_port,
+        web_port_requested=cfg.web_port,
     )
     return {
         "schema": 1,
