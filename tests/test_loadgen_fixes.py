@@ -105,14 +105,16 @@ def test_web_ui_serves_during_a_run(null_server: Any, tmp_path: Path) -> None:
         "load", "--target", null_server.target, "--rate", "50", "--duration", "2", "--warmup-s", "0",
         "--out", str(out), "--web-ui", "--web-port", "0", "--max-send-lag-ms", "50",
     )  # fmt: skip
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=server_env(),
-    )
+    stdout_path = tmp_path / "stdout.txt"
+    with open(stdout_path, "w") as stdout_fh:  # a file: only the pump thread reads a pipe
+        proc = subprocess.Popen(
+            cmd,
+            stdout=stdout_fh,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=server_env(),
+        )
     lines: queue.Queue[str | None] = queue.Queue()
     err: list[str] = []
 
@@ -123,7 +125,8 @@ def test_web_ui_serves_during_a_run(null_server: Any, tmp_path: Path) -> None:
             lines.put(line)
         lines.put(None)
 
-    threading.Thread(target=pump, daemon=True).start()
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
     try:
         url = None
         deadline = time.monotonic() + 60.0
@@ -142,12 +145,13 @@ def test_web_ui_serves_during_a_run(null_server: Any, tmp_path: Path) -> None:
         assert status == 200 and b"<html" in body.lower()
         status, body = _get(url + "stats/requests")
         assert status == 200 and "stats" in json.loads(body)
-        stdout, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+        proc.wait(timeout=RUN_TIMEOUT_S)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    assert proc.returncode == 0, "".join(err) + stdout
+        reader.join(10.0)  # stderr hits end of file once the process is gone
+    assert proc.returncode == 0, "".join(err) + stdout_path.read_text()
     r = rows(out)
     assert len(r["index"]) > 50 and (r["status"] == "OK").all()
     m = meta(out)
@@ -156,16 +160,18 @@ def test_web_ui_serves_during_a_run(null_server: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_web_ui_on_a_taken_port_fails_in_one_line(null_server: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("flags", [["--web-ui", "--web-port"], ["--metrics-port"]])
+def test_a_taken_port_fails_in_one_line(null_server: Any, tmp_path: Path, flags: list[str]) -> None:
     taken = str(null_server.grpc_port)
     res = netgain(
         "load", "--target", null_server.target, "--duration", "1", "--warmup-s", "0",
-        "--out", str(tmp_path / "run"), "--web-ui", "--web-port", taken, "--quiet",
+        "--out", str(tmp_path / "run"), *flags, taken, "--quiet",
         timeout=RUN_TIMEOUT_S,
     )  # fmt: skip
-    assert res.returncode == 2
-    assert f"--web-ui: cannot serve on 127.0.0.1:{taken}" in res.stderr
-    assert "Traceback" not in res.stderr
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    assert f"{flags[0]}: cannot serve on 127.0.0.1:{taken}: Address already in use" in lines[0]
 
 
 @pytest.mark.slow

@@ -154,27 +154,42 @@ class Master:
         )
         for name, fn in handlers:
             runner.register_message(name, fn)
-        if cfg.web_ui:
-            self.web_port = self._start_web_ui(env)
-            self.log(f"web UI on http://{cfg.master_bind_host}:{self.web_port}/")
-        if self.client_metrics is not None:
-            httpd, _ = start_http_server(cfg.metrics_port, addr=cfg.master_bind_host, registry=self.registry)
-            self.metrics_port = int(httpd.server_port)
-            self.log(f"client metrics on http://{cfg.master_bind_host}:{self.metrics_port}/metrics")
-        port = runner.server.port
-        self.log(
-            f"master on {cfg.master_bind_host}:{port}; starting {cfg.workers} local worker(s)"
-            + (f", expecting {cfg.remote_workers} remote" if cfg.remote_workers else "")
-        )
-        self.master_port = port
-        for _ in range(cfg.workers):
-            self.procs.append(self._spawn_worker())
-        try:
+        web_ui: Any = None
+        httpd: Any = None
+        try:  # from here on, whatever fails, the master and its servers are stopped
+            if cfg.web_ui:
+                web_ui = self._start_web_ui(env)
+                self.web_port = int(web_ui.server.server_port)
+                self.log(f"web UI on http://{cfg.master_bind_host}:{self.web_port}/")
+            if self.client_metrics is not None:
+                try:
+                    httpd, _ = start_http_server(
+                        cfg.metrics_port, addr=cfg.master_bind_host, registry=self.registry
+                    )
+                except OSError as exc:
+                    raise CliError(
+                        _bind_error("--metrics-port", cfg.master_bind_host, cfg.metrics_port, exc)
+                    ) from exc
+                self.metrics_port = int(httpd.server_port)
+                self.log(f"client metrics on http://{cfg.master_bind_host}:{self.metrics_port}/metrics")
+            port = runner.server.port
+            self.log(
+                f"master on {cfg.master_bind_host}:{port}; starting {cfg.workers} local worker(s)"
+                + (f", expecting {cfg.remote_workers} remote" if cfg.remote_workers else "")
+            )
+            self.master_port = port
+            for _ in range(cfg.workers):
+                self.procs.append(self._spawn_worker())
             self._await_workers(runner)
             self._deal(runner, model, infos[0])
             self._watch(runner, infos)
         finally:
             runner.quit()
+            if web_ui is not None:
+                web_ui.stop()
+            if httpd is not None:
+                httpd.shutdown()
+                httpd.server_close()
             for p in self.procs:
                 try:
                     p.wait(10)
@@ -182,8 +197,8 @@ class Master:
                     p.kill()
         return self._finish(infos, model)
 
-    def _start_web_ui(self, env: Any) -> int:
-        """Start Locust's web UI and return the port it bound."""
+    def _start_web_ui(self, env: Any) -> Any:
+        """Start Locust's web UI (bound here, so a taken port fails at once) and return it."""
         with _locust_argv():
             web_ui = env.create_web_ui(self.cfg.master_bind_host, self.cfg.web_port, delayed_start=True)
         build = web_ui.update_template_args
@@ -205,11 +220,11 @@ class Master:
             server.init_socket()
         except OSError as exc:
             raise CliError(
-                f"--web-ui: cannot serve on {self.cfg.master_bind_host}:{self.cfg.web_port}: {exc}"
+                _bind_error("--web-ui", self.cfg.master_bind_host, self.cfg.web_port, exc)
             ) from exc
         web_ui.server = server
         web_ui.greenlet = gevent.spawn(server.serve_forever)
-        return int(server.server_port)
+        return web_ui
 
     def _spawn_worker(self) -> subprocess.Popen[bytes]:
         cmd = [
@@ -448,6 +463,11 @@ class Master:
 
     def done_cpu(self) -> dict[int, float]:
         return {w: float(d.get("cpu_ratio", 0.0)) for w, d in self.done.items()}
+
+
+def _bind_error(flag: str, host: str, port: int, exc: OSError) -> str:
+    """``--metrics-port: cannot serve on 127.0.0.1:9465: Address already in use``."""
+    return f"{flag}: cannot serve on {host}:{port}: {exc.strerror or exc}"
 
 
 @contextmanager
