@@ -47,19 +47,33 @@ def test_thread_role_by_id_first() -> None:
     assert thread_role("ng-device-0", 20, 10) == "device"
 
 
+class Burner:
+    def __init__(self) -> None:
+        self.tid = 0
+        self.cpu_s = 0.0  # the burning thread's own CPU time so far
+
+    def wait_cpu(self, seconds: float, limit_s: float = 10.0) -> None:
+        """Until the thread has had ``seconds`` of CPU: on a loaded machine wall time says little."""
+        deadline = time.monotonic() + limit_s
+        while self.cpu_s < seconds and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.cpu_s >= seconds, f"the burner got {self.cpu_s:.2f} s of CPU in {limit_s:.0f} s"
+
+
 @contextlib.contextmanager
-def worker_of_named_thread() -> Iterator[int]:
-    """A thread named ``ng-device-9`` starts an unnamed thread that burns CPU; yields its id."""
+def worker_of_named_thread() -> Iterator[Burner]:
+    """A thread named ``ng-device-9`` starts an unnamed thread that burns CPU."""
     stop = threading.Event()
     started = threading.Event()
-    child_tid: list[int] = []
+    burner = Burner()
 
     def burn() -> None:
-        child_tid.append(threading.get_native_id())
+        burner.tid = threading.get_native_id()
         started.set()
-        deadline = time.monotonic() + 10.0
+        deadline = time.monotonic() + 15.0
         while not stop.is_set() and time.monotonic() < deadline:
             sum(range(1000))
+            burner.cpu_s = time.thread_time()
 
     def device() -> None:
         name_os_thread()
@@ -71,7 +85,7 @@ def worker_of_named_thread() -> Iterator[int]:
     parent.start()
     try:
         assert started.wait(5.0)
-        yield child_tid[0]
+        yield burner
     finally:
         stop.set()
         parent.join(15.0)
@@ -81,8 +95,9 @@ def worker_of_named_thread() -> Iterator[int]:
 def test_worker_of_a_named_thread_counts_as_compute() -> None:
     """A thread started by ``ng-device-9`` inherits that OS name; its CPU goes to compute."""
     before = read_thread_cpu()
-    with worker_of_named_thread() as tid:
-        time.sleep(0.5)
+    with worker_of_named_thread() as burner:
+        tid = burner.tid
+        burner.wait_cpu(0.3)
         with open(f"/proc/self/task/{tid}/comm") as fh:
             comm = fh.read().strip()
         during = read_thread_cpu()
@@ -96,8 +111,9 @@ def test_worker_of_a_named_thread_counts_as_compute() -> None:
 def test_stale_record_of_a_reused_id_is_not_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
     """An id recorded for a thread that has ended may come back on another: start times differ."""
     before = read_thread_cpu()
-    with worker_of_named_thread() as tid:
-        time.sleep(0.5)
+    with worker_of_named_thread() as burner:
+        tid = burner.tid
+        burner.wait_cpu(0.3)
         monkeypatch.setattr(samplers, "own_threads", lambda: {tid: ("ng-device-9", 1)})
         stale = read_thread_cpu()
         with open(f"/proc/self/task/{tid}/stat") as fh:
