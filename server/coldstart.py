@@ -15,10 +15,10 @@ def _linux_create_time() -> float | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        with open("/proc/self/stat") as fh:
+        with open("/proc/self/stat", "rb") as fh:  # bytes: the command name need not be UTF-8
             stat = fh.read()
         # Fields after the command name, which may itself hold spaces or ")": starttime is field 22.
-        start_ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        start_ticks = int(stat.rsplit(b")", 1)[1].split()[19])
         ticks_per_s = os.sysconf("SC_CLK_TCK")
         boot_s = time.clock_gettime(time.CLOCK_BOOTTIME)
         now_unix_s = time.time()

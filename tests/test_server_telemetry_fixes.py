@@ -216,6 +216,19 @@ def test_process_create_time_matches_child_start() -> None:
 
 
 @linux_only
+def test_create_time_survives_a_process_name_that_is_not_utf8() -> None:
+    """The command name in /proc/self/stat is raw bytes; one that is not UTF-8 must not send the
+    reading to psutil's whole-second fallback."""
+    code = (
+        "import ctypes; ctypes.CDLL(None).prctl(15, b'\\xff\\xfe a) b', 0, 0, 0); "
+        f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); "
+        "from server.coldstart import _linux_create_time; print(_linux_create_time())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
+    assert out.stdout.strip() != "None" and float(out.stdout) > 0
+
+
+@linux_only
 def test_cold_start_within_outside_wall_time(start_server: ServerLauncher) -> None:
     """The reported cold start cannot exceed spawn → SERVING as seen from outside."""
     spawned = time.time()

@@ -73,11 +73,13 @@ def read_thread_cpu(pid: int | None = None) -> dict[str, float]:
     process's threads are classified by name only.
     """
     pid = pid or os.getpid()
+    base = f"/proc/{pid}/task"
+    entries = os.listdir(base)
+    # After the listing: a thread that names itself in between is then already recorded.
     registered = own_threads() if pid == os.getpid() else None
     own: dict[int, str] | None = None if registered is None else {}  # confirmed as ours in this pass
     out: dict[str, float] = {}
-    base = f"/proc/{pid}/task"
-    for entry in os.listdir(base):
+    for entry in entries:
         try:
             with open(f"{base}/{entry}/comm") as fh:
                 name = fh.read().strip()
