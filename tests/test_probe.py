@@ -18,6 +18,12 @@ def test_waiting_for_an_unready_target_is_announced_then_fails_in_one_line(tmp_p
     assert res.returncode == 2 and "Traceback" not in res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 2, res.stderr
-    assert lines[0].startswith("netgain: waiting up to 1 s for 127.0.0.1:1 to be SERVING (UNAVAILABLE")
+    assert lines[0].startswith("netgain load: waiting up to 1 s for 127.0.0.1:1 to be SERVING (UNAVAILABLE")
     assert "not ready" in lines[1]
     assert 1.0 <= elapsed < 30
+    quiet = netgain(
+        "load", "--target", "127.0.0.1:1", "--duration", "1", "--out", str(tmp_path / "y"),
+        "--wait-ready-s", "0.5", "--quiet",
+    )  # fmt: skip
+    quiet_lines = [ln for ln in quiet.stderr.splitlines() if ln.strip()]
+    assert quiet.returncode == 2 and len(quiet_lines) == 1 and "not ready" in quiet_lines[0]  # --quiet

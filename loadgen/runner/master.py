@@ -141,7 +141,7 @@ class Master:
 
         cfg = self.cfg
         probed = cfg.targets if cfg.probe == "all" else cfg.targets[:1]
-        infos = [probe_target(t, cfg.wait_ready_s, cfg.tls_ca) for t in probed]
+        infos = [probe_target(t, cfg.wait_ready_s, cfg.tls_ca, say=self.log) for t in probed]
         model = cfg.model or infos[0].handler or infos[0].model
         env = Environment(user_classes=[], events=None)
         self.env = env

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -20,8 +20,14 @@ def channel_for(target: str, tls_ca: str | None = None) -> grpc.Channel:
     return grpc.insecure_channel(target)
 
 
-def probe_target(target: str, wait_ready_s: float = 0.0, tls_ca: str | None = None) -> Any:
-    """ServerInfo of ``target`` once its health is SERVING (waiting up to ``wait_ready_s``)."""
+def probe_target(
+    target: str,
+    wait_ready_s: float = 0.0,
+    tls_ca: str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Any:
+    """ServerInfo of ``target`` once its health is SERVING (waiting up to ``wait_ready_s``;
+    ``say`` is told once when the wait begins)."""
     if ":" not in target:
         raise CliError(f"--target {target!r}: expected HOST:PORT")
     deadline = time.monotonic() + wait_ready_s
@@ -42,11 +48,7 @@ def probe_target(target: str, wait_ready_s: float = 0.0, tls_ca: str | None = No
                     f"target {target} is not ready ({last}); is `netgain serve` running there? "
                     "(--wait-ready-s waits for it)"
                 )
-            if not said:  # a silent wait of up to --wait-ready-s looks like a hang
-                print(
-                    f"netgain: waiting up to {wait_ready_s:g} s for {target} to be SERVING ({last})",
-                    file=sys.stderr,
-                    flush=True,
-                )
+            if not said and say is not None:  # a silent wait of up to --wait-ready-s looks like a hang
+                say(f"waiting up to {wait_ready_s:g} s for {target} to be SERVING ({last})")
                 said = True
             time.sleep(0.2)
