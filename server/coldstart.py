@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass, field
+
+from server.procstat import CLK_TCK, STARTTIME, stat_fields
 
 COLD_START_PHASES = ("process_start", "imports", "model_built", "on_device", "warmup", "ready")
 
@@ -15,17 +16,13 @@ def _linux_create_time() -> float | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        with open("/proc/self/stat", "rb") as fh:  # bytes: the command name need not be UTF-8
-            stat = fh.read()
-        # Fields after the command name, which may itself hold spaces or ")": starttime is field 22.
-        start_ticks = int(stat.rsplit(b")", 1)[1].split()[19])
-        ticks_per_s = os.sysconf("SC_CLK_TCK")
+        start_ticks = int(stat_fields("/proc/self/stat")[STARTTIME])
         boot_s = time.clock_gettime(time.CLOCK_BOOTTIME)
         now_unix_s = time.time()
     except (OSError, ValueError, IndexError, AttributeError):
         return None
     # The age is measured on the kernel's own clock, then placed on the Unix clock the marks use.
-    return now_unix_s - (boot_s - start_ticks / ticks_per_s)
+    return now_unix_s - (boot_s - start_ticks / CLK_TCK)
 
 
 def process_create_time() -> float:

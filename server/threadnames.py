@@ -18,6 +18,8 @@ import ctypes.util
 import sys
 import threading
 
+from server.procstat import STARTTIME, stat_fields
+
 _PR_SET_NAME = 15
 _libc: ctypes.CDLL | None = None
 if sys.platform.startswith("linux"):
@@ -34,8 +36,7 @@ def os_thread_name(name: str) -> str:
 def _start_ticks(tid: int) -> int | None:
     """The thread's start time (/proc starttime, clock ticks since boot); None without /proc."""
     try:
-        with open(f"/proc/self/task/{tid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[19])
+        return int(stat_fields(f"/proc/self/task/{tid}/stat")[STARTTIME])
     except (OSError, ValueError, IndexError):
         return None
 

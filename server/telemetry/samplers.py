@@ -14,12 +14,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from server.procstat import CLK_TCK, STARTTIME, STIME, UTIME, stat_fields
 from server.telemetry.metrics import ServerMetrics
 from server.threadnames import name_os_thread, own_threads
 
 log = logging.getLogger("netgain.server")
-
-CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 # OS names of the server's own threads (server.threadnames); the netgain- forms are their Python names.
@@ -83,16 +82,14 @@ def read_thread_cpu(pid: int | None = None) -> dict[str, float]:
         try:
             with open(f"{base}/{entry}/comm") as fh:
                 name = fh.read().strip()
-            with open(f"{base}/{entry}/stat") as fh:
-                stat = fh.read()
+            fields = stat_fields(f"{base}/{entry}/stat")
         except OSError:
             continue  # thread ended
-        fields = stat.rsplit(")", 1)[1].split()
-        seconds = (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+        seconds = (int(fields[UTIME]) + int(fields[STIME])) / CLK_TCK
         tid = int(entry)
         mine = registered.get(tid) if registered is not None else None
         # The start time must match too: an id recorded for a thread that has ended may be reused.
-        if own is not None and mine is not None and mine[1] in (None, int(fields[19])):
+        if own is not None and mine is not None and mine[1] in (None, int(fields[STARTTIME])):
             own[tid] = mine[0]
         role = thread_role(name, tid, pid, own)
         out[role] = out.get(role, 0.0) + seconds
