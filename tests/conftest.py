@@ -103,6 +103,18 @@ def run_netgain(*args: str, timeout: float = 120.0) -> subprocess.CompletedProce
     )
 
 
+def read_rows(run_dir: Path) -> dict[str, Any]:
+    """A run directory's requests.parquet as numpy columns."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(run_dir / "requests.parquet")
+    return {c: t.column(c).to_numpy(zero_copy_only=False) for c in t.column_names}
+
+
+def read_meta(run_dir: Path) -> dict[str, Any]:
+    return dict(json.loads((run_dir / "meta.json").read_text()))
+
+
 class ServerHandle:
     """A running ``python -m server`` process and how to reach it."""
 

@@ -15,10 +15,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow.parquet as pq
 import pytest
 from conftest import netgain_cmd, server_env
+from conftest import read_meta as meta
+from conftest import read_rows as rows
 from conftest import run_netgain as netgain
 
 from loadgen.runner.live import LiveStats
@@ -26,15 +26,6 @@ from loadgen.runner.protocol import RECORD_COLUMNS, empty_columns
 from loadgen.runner.wire import records_batch
 
 RUN_TIMEOUT_S = 90.0
-
-
-def rows(run_dir: Path) -> dict[str, np.ndarray]:
-    t = pq.read_table(run_dir / "requests.parquet")
-    return {c: t.column(c).to_numpy(zero_copy_only=False) for c in t.column_names}
-
-
-def meta(run_dir: Path) -> dict[str, Any]:
-    return dict(json.loads((run_dir / "meta.json").read_text()))
 
 
 @pytest.fixture(scope="module")

@@ -16,18 +16,11 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 from conftest import netgain_cmd, server_env
+from conftest import read_meta as meta
+from conftest import read_rows as rows
 from conftest import run_netgain as netgain
 
 pytestmark = pytest.mark.slow
-
-
-def rows(run_dir: Path) -> dict[str, np.ndarray]:
-    t = pq.read_table(run_dir / "requests.parquet")
-    return {c: t.column(c).to_numpy(zero_copy_only=False) for c in t.column_names}
-
-
-def meta(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / "meta.json").read_text())
 
 
 @pytest.fixture(scope="module")

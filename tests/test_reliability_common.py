@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import math
 import random
 import struct
@@ -21,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import psutil
-import pyarrow.parquet as pq
 from conftest import netgain_cmd
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -168,15 +166,6 @@ def write_trace(path: Path, phases: list[tuple[float, float]], seed: int = 0) ->
         start += seconds
     path.write_text("\n".join(lines) + "\n")
     return counts, last
-
-
-def read_rows(run_dir: Path) -> dict[str, np.ndarray]:
-    t = pq.read_table(run_dir / "requests.parquet")
-    return {c: t.column(c).to_numpy(zero_copy_only=False) for c in t.column_names}
-
-
-def read_meta(run_dir: Path) -> dict[str, Any]:
-    return dict(json.loads((run_dir / "meta.json").read_text()))
 
 
 def accounted(counts: dict[str, int]) -> int:

@@ -15,12 +15,10 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-from conftest import netgain_cmd, server_env
+from conftest import netgain_cmd, read_meta, read_rows, server_env
 from test_reliability_common import (
     REPO_ROOT,
     accounted,
-    read_meta,
-    read_rows,
     requests_by_code,
 )
 

@@ -14,13 +14,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import server_env
+from conftest import read_meta, read_rows, server_env
 from test_reliability_common import (
     RssSampler,
     accounted,
     overload_summary,
-    read_meta,
-    read_rows,
     run_load,
     wait_for_counts,
     write_trace,
