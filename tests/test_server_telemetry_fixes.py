@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from protos import InferenceStub, pb
 from server.coldstart import COLD_START_PHASES
+from server.procstat import STARTTIME, stat_fields
 from server.telemetry import samplers
 from server.telemetry.samplers import read_thread_cpu, thread_role
 from server.threadnames import name_os_thread, own_threads
@@ -116,8 +117,7 @@ def test_stale_record_of_a_reused_id_is_not_trusted(monkeypatch: pytest.MonkeyPa
         burner.wait_cpu(0.3)
         monkeypatch.setattr(samplers, "own_threads", lambda: {tid: ("ng-device-9", 1)})
         stale = read_thread_cpu()
-        with open(f"/proc/self/task/{tid}/stat") as fh:
-            start = int(fh.read().rsplit(")", 1)[1].split()[19])
+        start = int(stat_fields(f"/proc/self/task/{tid}/stat")[STARTTIME])
         monkeypatch.setattr(samplers, "own_threads", lambda: {tid: ("ng-device-9", start)})
         live = read_thread_cpu()
     assert stale.get("device", 0.0) - before.get("device", 0.0) < 0.1, (before, stale)
