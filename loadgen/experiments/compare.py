@@ -123,10 +123,11 @@ def _summary(run_dir: str) -> tuple[float, bool]:
 
 def _recorded_device(run_dir: str) -> str | None:
     """The device the server of a finished run said it ran on (meta.json), or None."""
+    from loadgen.analysis.rundir import AnalysisError, load_meta
+
     try:
-        with open(os.path.join(run_dir, "meta.json")) as fh:
-            device = json.load(fh).get("server", {}).get("device")
-    except (OSError, ValueError):
+        device = load_meta(run_dir).get("server", {}).get("device")
+    except AnalysisError:
         return None
     return str(device) if device else None
 
