@@ -306,6 +306,9 @@ class Server:
 
     async def shutdown(self, server: grpc.aio.Server) -> None:
         """Stop accepting, finish in-flight requests, flush the span log."""
+        # Refused from here on: the gRPC server itself stops accepting only once server.stop runs,
+        # a few loop turns later, and a request slipping in between would be queued and served.
+        self.servicer.stopping = True
         print("netgain serve: draining", flush=True)
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -67,6 +67,7 @@ class InferenceServicer:
         self.instrumented = instrumented
         self.clock = clock
         self.ready = False
+        self.stopping = False  # set on SIGTERM, before the gRPC server stops accepting
         self.in_flight = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._anon = 0
@@ -107,6 +108,8 @@ class InferenceServicer:
         error: tuple[Any, str] | None = None
         if bad_id:
             error = (grpc.StatusCode.INVALID_ARGUMENT, bad_id)
+        elif self.stopping:
+            error = (grpc.StatusCode.UNAVAILABLE, "server is shutting down; send to another replica")
         elif not self.ready:
             error = (grpc.StatusCode.UNAVAILABLE, "model is loading or warming up; wait for health SERVING")
         else:

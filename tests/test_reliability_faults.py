@@ -154,7 +154,10 @@ def test_sigterm_during_a_burst_finishes_in_flight_and_flushes(start_server: Any
         time.sleep(0.01)
     server.proc.send_signal(signal.SIGTERM)
     t_term = time.monotonic()
-    # A request arriving after SIGTERM is refused, not queued.
+    # A request arriving once the server has the signal (it says "draining") is refused, not queued.
+    while "draining" not in server.stdout():
+        assert time.monotonic() - t_term < 10, "no 'draining' within 10 s of SIGTERM"
+        time.sleep(0.01)
     late = grpc.insecure_channel(server.target)
     try:
         with pytest.raises(grpc.RpcError) as refused:
