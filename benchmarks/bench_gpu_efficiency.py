@@ -18,9 +18,9 @@ import time
 
 from common import run_clients, shared_port_servers, table
 
-from loadgen.orchestrate import free_port
-from server.device import DeviceRunner
-from server.handlers import create_handler
+from netgain.loadgen.orchestrate import free_port
+from netgain.server.device import DeviceRunner
+from netgain.server.handlers import create_handler
 
 OPTIONS = {"image": ["size=224"], "text": ["pad=fixed"], "tabular": []}
 

@@ -42,8 +42,8 @@ SERVER_ARGS = [
 async def _drive(port: int, count: int, concurrency: int) -> None:
     import grpc
 
-    from loadgen.payloads import PayloadFactory
-    from protos.service import SERVICE_NAME
+    from netgain.loadgen.payloads import PayloadFactory
+    from netgain.protos.service import SERVICE_NAME
 
     body = PayloadFactory("null", {}).request_bytes(0, 0, 1)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -76,7 +76,7 @@ def count_instructions(instrumented: bool, requests: int, out_dir: str, concurre
     cg_out = os.path.join(out_dir, f"cg.{tag}")
     cmd = [
         "valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={cg_out}",
-        sys.executable, "-m", "server", *SERVER_ARGS, "--ports-file", ports,
+        sys.executable, "-m", "netgain.server", *SERVER_ARGS, "--ports-file", ports,
     ]  # fmt: skip
     if not instrumented:
         cmd.append("--no-instrumentation")

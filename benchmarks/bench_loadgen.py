@@ -24,14 +24,14 @@ import psutil
 import pyarrow.parquet as pq
 from common import null_servers, table
 
-from loadgen.orchestrate import free_port, run_load
+from netgain.loadgen.orchestrate import free_port, run_load
 
 LOCUSTFILE = '''
 import time, grpc, grpc.experimental.gevent as grpc_gevent
 grpc_gevent.init_gevent()
 from locust import User, task, constant
-from protos.service import SERVICE_NAME
-from loadgen.payloads import PayloadFactory
+from netgain.protos.service import SERVICE_NAME
+from netgain.loadgen.payloads import PayloadFactory
 BODY = PayloadFactory("null").request_bytes(0, 0, 1)
 
 class GrpcUser(User):
@@ -170,7 +170,7 @@ def stock_locust(target: str, users: int, duration: float) -> dict:
 
 
 def server_cpu_s() -> dict[int, float]:
-    """CPU seconds so far of each `python -m server` process under this one, by pid."""
+    """CPU seconds so far of each `python -m netgain.server` process under this one, by pid."""
     out = {}
     for c in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):

@@ -21,7 +21,7 @@ import numpy as np
 import psutil
 from common import pinned, run_alternating, run_clients, split_cpus, table
 
-from loadgen.orchestrate import ServerProcess
+from netgain.loadgen.orchestrate import ServerProcess
 
 MODELS = {
     "null": ["--max-batch-size", "32"],

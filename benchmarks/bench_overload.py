@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     server_cmd = [
         sys.executable,
         "-m",
-        "server",
+        "netgain.server",
         "--model",
         "conftest:SlowHandler",
         "--handler-option",
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         load_cmd = [
             sys.executable,
             "-m",
-            "loadgen.cli",
+            "netgain.loadgen.cli",
             "load",
             "--target",
             target,

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     server_cmd = [
         sys.executable,
         "-m",
-        "server",
+        "netgain.server",
         "--model",
         args.model,
         "--port",
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         load_cmd = [
             sys.executable,
             "-m",
-            "loadgen.cli",
+            "netgain.loadgen.cli",
             "load",
             "--target",
             target,
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.monotonic() - t0
             pids = {"server": server.pid, "master": load.pid}
             try:
-                kids = [c for c in master.children() if "loadgen.runner" in " ".join(c.cmdline())]
+                kids = [c for c in master.children() if "netgain.loadgen.runner" in " ".join(c.cmdline())]
             except psutil.Error:
                 kids = []
             for k, c in enumerate(sorted(kids, key=lambda c: c.pid)):

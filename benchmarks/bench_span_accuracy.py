@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 from common import run_clients, table
 
-from loadgen.experiments.kernels import kernel_spans, matched, profiler_windows, span_errors
-from loadgen.orchestrate import ServerProcess
-from server.timing import PHASES
+from netgain.loadgen.experiments.kernels import kernel_spans, matched, profiler_windows, span_errors
+from netgain.loadgen.orchestrate import ServerProcess
+from netgain.server.timing import PHASES
 
 
 def phase_sum_errors(span_log: str) -> np.ndarray:
@@ -60,9 +60,9 @@ def standalone(a: argparse.Namespace, opts: list[str], tmp: str) -> tuple[list[f
 
     import torch
 
-    from server.batching.pipeline import user_ranges_profiler
-    from server.device import DeviceRunner
-    from server.handlers import create_handler
+    from netgain.server.batching.pipeline import user_ranges_profiler
+    from netgain.server.device import DeviceRunner
+    from netgain.server.handlers import create_handler
 
     handler = create_handler(a.model, dict(o.split("=", 1) for o in opts), seed=0)
     runner = DeviceRunner(handler, a.device, cuda_graphs=a.cuda_graphs)
@@ -89,7 +89,7 @@ def capture(target: str, a: argparse.Namespace, opts: list[str], ranges_only: bo
     time (one server batch per request): profiling every thread slows pre-processing down."""
     import grpc
 
-    from protos import InferenceStub, pb
+    from netgain.protos import InferenceStub, pb
 
     out: dict[str, object] = {}
 

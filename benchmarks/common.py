@@ -60,7 +60,7 @@ async def _closed_loop(
 ) -> dict[str, object]:
     import grpc
 
-    from protos.service import SERVICE_NAME
+    from netgain.protos.service import SERVICE_NAME
 
     lat: list[float] = []
     errors = 0
@@ -117,7 +117,7 @@ async def _alternating(
     of the host, so a latency difference between the targets is not drift between runs."""
     import grpc
 
-    from protos.service import SERVICE_NAME
+    from netgain.protos.service import SERVICE_NAME
 
     channels = [grpc.aio.insecure_channel(t) for t in targets]
     calls = [ch.unary_unary(f"/{SERVICE_NAME}/Infer") for ch in channels]
@@ -163,7 +163,7 @@ def run_alternating(
 def client_main() -> None:
     import argparse
 
-    from loadgen.payloads import PayloadFactory
+    from netgain.loadgen.payloads import PayloadFactory
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", required=True)
@@ -252,7 +252,7 @@ def run_clients(
 def shared_port_servers(stack: contextlib.ExitStack, count: int, args: list[str], port: int) -> str:
     """``count`` ``netgain serve ARGS`` processes sharing ``port`` (SO_REUSEPORT), started together
     and ready; returns the target."""
-    from loadgen.orchestrate import ServerProcess
+    from netgain.loadgen.orchestrate import ServerProcess
 
     servers = [stack.enter_context(ServerProcess(args, port=port)) for _ in range(count)]
     for sp in servers:

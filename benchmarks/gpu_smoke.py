@@ -9,9 +9,9 @@ import urllib.request
 
 import grpc
 
-from loadgen.orchestrate import ServerProcess
-from protos import InferenceStub, pb
-from server.handlers import create_handler
+from netgain.loadgen.orchestrate import ServerProcess
+from netgain.protos import InferenceStub, pb
+from netgain.server.handlers import create_handler
 
 
 def main() -> int:

@@ -7,12 +7,12 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from server.cliargs import CliError, debug_after_command
+from netgain.server.cliargs import CliError, debug_after_command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from loadgen import cli_demo, cli_experiments, cli_load, cli_report, cli_trace
-    from server import cli as serve_cli
+    from netgain.loadgen import cli_demo, cli_experiments, cli_load, cli_report, cli_trace
+    from netgain.server import cli as serve_cli
 
     parser = argparse.ArgumentParser(
         prog="netgain",

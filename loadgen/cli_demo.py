@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from server.cliargs import CliError, flag
+from netgain.server.cliargs import CliError, flag
 
 
 def add_parser(sub: Any) -> None:
@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from loadgen.orchestrate import ServerProcess, run_load
+    from netgain.loadgen.orchestrate import ServerProcess, run_load
 
     os.makedirs(args.out, exist_ok=True)
     options = list(args.handler_option) or (["size=96"] if args.model == "image" else [])
@@ -86,6 +86,6 @@ def run(args: argparse.Namespace) -> int:
         )
     if rc not in (0, 3, 4):
         raise CliError(f"netgain load failed with exit status {rc}")
-    from loadgen.cli import main as netgain_main
+    from netgain.loadgen.cli import main as netgain_main
 
     return netgain_main(["report", args.out, "--span-log", os.path.join(args.out, "spans.jsonl")])

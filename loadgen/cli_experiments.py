@@ -9,7 +9,7 @@ import shlex
 import sys
 from typing import Any
 
-from server.cliargs import CliError, flag
+from netgain.server.cliargs import CliError, flag
 
 
 def _ints(raw: str, what: str) -> list[int]:
@@ -124,7 +124,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from loadgen.experiments.compare import CompareConfig, Progress, Side, run_side, summarize
+    from netgain.loadgen.experiments.compare import CompareConfig, Progress, Side, run_side, summarize
 
     missing = [
         f
@@ -220,7 +220,7 @@ def _fmt(x: Any) -> str:
 
 
 def run_drill(args: argparse.Namespace) -> int:
-    from loadgen.experiments.drill import run_drill as drill
+    from netgain.loadgen.experiments.drill import run_drill as drill
 
     if args.repeats < 1:
         raise CliError("--repeats must be >= 1")
@@ -244,8 +244,8 @@ def run_drill(args: argparse.Namespace) -> int:
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    from loadgen.experiments.profile import render
-    from loadgen.experiments.profile import run_profile as profile
+    from netgain.loadgen.experiments.profile import render
+    from netgain.loadgen.experiments.profile import run_profile as profile
 
     summary = profile(
         args.model,

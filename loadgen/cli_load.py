@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from server.cliargs import CliError, flag
+from netgain.server.cliargs import CliError, flag
 
 ARRIVALS = ("constant", "poisson", "gamma", "onoff", "diurnal")
 
@@ -84,8 +84,8 @@ def add_parser(sub: Any) -> None:
 
 
 def _schedule(args: argparse.Namespace) -> Any:
-    from loadgen.schedule import from_trace
-    from loadgen.traces import read_trace, rescale, synthesize
+    from netgain.loadgen.schedule import from_trace
+    from netgain.loadgen.traces import read_trace, rescale, synthesize
 
     total = args.warmup_s + args.duration
     if args.trace:
@@ -132,11 +132,11 @@ def run(args: argparse.Namespace) -> int:
 
     grpc_gevent.init_gevent()
     if args.worker:
-        from loadgen.runner.worker import run_worker
+        from netgain.loadgen.runner.worker import run_worker
 
         return run_worker(args.master_host, args.master_port)
     _check(args)
-    from loadgen.runner.master import LoadConfig, Master
+    from netgain.loadgen.runner.master import LoadConfig, Master
 
     cfg = LoadConfig(
         targets=[t.strip() for t in args.target.split(",") if t.strip()],

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from server.cliargs import CliError, flag
+from netgain.server.cliargs import CliError, flag
 
 FORMATS = ("text", "json", "markdown", "html")
 
@@ -47,9 +47,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from loadgen.analysis import build_report, to_json, write_outputs
-    from loadgen.analysis.render_html import render_html
-    from loadgen.analysis.render_text import render_markdown, terminal
+    from netgain.loadgen.analysis import build_report, to_json, write_outputs
+    from netgain.loadgen.analysis.render_html import render_html
+    from netgain.loadgen.analysis.render_text import render_markdown, terminal
 
     if args.min_replicas is not None and args.min_replicas < 0:
         raise CliError(f"--min-replicas must be >= 0, got {args.min_replicas}")

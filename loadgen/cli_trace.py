@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from server.cliargs import CliError, flag
+from netgain.server.cliargs import CliError, flag
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -96,7 +96,7 @@ def _wrote(path: str, trace: Any) -> None:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
-    from loadgen.traces import params_from_fit, synthesize, write_trace
+    from netgain.loadgen.traces import params_from_fit, synthesize, write_trace
 
     if args.from_fit:
         try:
@@ -128,7 +128,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from loadgen.traces import import_access_log, write_trace
+    from netgain.loadgen.traces import import_access_log, write_trace
 
     trace = import_access_log(
         args.log,
@@ -145,8 +145,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from loadgen.traces import inspect_trace, read_trace
-    from loadgen.traces.render import summary_text, svg_plot
+    from netgain.loadgen.traces import inspect_trace, read_trace
+    from netgain.loadgen.traces.render import summary_text, svg_plot
 
     trace = read_trace(args.file)
     info = inspect_trace(trace, bin_s=args.bin_s)
@@ -163,7 +163,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _fit_text(result: dict[str, Any]) -> str:
-    from loadgen.traces.fit import MODELS
+    from netgain.loadgen.traces.fit import MODELS
 
     lines = [
         f"fit of {result['source'] or 'trace'}: {result['requests']:,} requests over "
@@ -196,7 +196,7 @@ def _fit_text(result: dict[str, Any]) -> str:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from loadgen.traces import fit, read_trace
+    from netgain.loadgen.traces import fit, read_trace
 
     result = fit(read_trace(args.file))
     if args.json:
@@ -207,7 +207,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def cmd_rescale(args: argparse.Namespace) -> int:
-    from loadgen.traces import read_trace, rescale, write_trace
+    from netgain.loadgen.traces import read_trace, rescale, write_trace
 
     if args.rate is None and args.duration is None:
         raise CliError("give --rate, --duration or both")

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from types import TracebackType
 
-from server.cliargs import CliError
+from netgain.server.cliargs import CliError
 
 
 def free_port() -> int:
@@ -24,7 +24,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """``python -m server ...`` on 127.0.0.1 with free ports; stopped with SIGTERM (drain) on exit."""
+    """``python -m netgain.server ...`` on 127.0.0.1 with free ports; stopped with SIGTERM (drain) on exit."""
 
     def __init__(
         self, args: Sequence[str], log_path: str | None = None, ready_timeout_s: float = 300.0, port: int = 0
@@ -48,7 +48,7 @@ class ServerProcess:
         cmd = [
             sys.executable,
             "-m",
-            "server",
+            "netgain.server",
             "--host",
             "127.0.0.1",
             "--port",
@@ -138,7 +138,7 @@ class ServerProcess:
 
 def run_load(args: Sequence[str], quiet: bool = False) -> int:
     """``netgain load ARGS`` in a child process (it patches the standard library for gevent)."""
-    cmd = [sys.executable, "-m", "loadgen.cli", "load", *args]
+    cmd = [sys.executable, "-m", "netgain.loadgen.cli", "load", *args]
     if quiet:
         cmd.append("--quiet")
     return subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False).returncode

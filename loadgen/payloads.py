@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import random
 
-from protos import inference_pb2 as pb
-from server.handlers import create_handler
+from netgain.protos import inference_pb2 as pb
+from netgain.server.handlers import create_handler
 
 
 def size_bucket(size: int) -> int:

@@ -1,6 +1,6 @@
 """netgain wire contract (package ``netgain.v1``): messages and service glue."""
 
-from protos import inference_pb2 as pb
-from protos.service import SERVICE_NAME, InferenceStub, add_inference_servicer
+from netgain.protos import inference_pb2 as pb
+from netgain.protos.service import SERVICE_NAME, InferenceStub, add_inference_servicer
 
 __all__ = ["SERVICE_NAME", "InferenceStub", "add_inference_servicer", "pb"]

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 from google.protobuf import symbol_database
 
-from protos import inference_pb2
+from netgain.protos import inference_pb2
 
 SERVICE = inference_pb2.DESCRIPTOR.services_by_name["Inference"]
 SERVICE_NAME = SERVICE.full_name  # "netgain.v1.Inference"

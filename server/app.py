@@ -20,19 +20,19 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
-from protos import inference_pb2 as pb
-from protos.service import SERVICE_NAME, add_inference_servicer
-from server.batching.pipeline import Batch, Pipeline, PipelineConfig
-from server.batching.queue import RequestQueue
-from server.coldstart import ColdStart
-from server.config import ServeConfig
-from server.device import DeviceRunner, resolve_device
-from server.handlers import create_handler
-from server.handlers.base import Handler
-from server.service import InferenceServicer, Limits
-from server.telemetry.metrics import ServerMetrics
-from server.telemetry.recorder import Recorder, SpanLog
-from server.telemetry.samplers import Sampler
+from netgain.protos import inference_pb2 as pb
+from netgain.protos.service import SERVICE_NAME, add_inference_servicer
+from netgain.server.batching.pipeline import Batch, Pipeline, PipelineConfig
+from netgain.server.batching.queue import RequestQueue
+from netgain.server.coldstart import ColdStart
+from netgain.server.config import ServeConfig
+from netgain.server.device import DeviceRunner, resolve_device
+from netgain.server.handlers import create_handler
+from netgain.server.handlers.base import Handler
+from netgain.server.service import InferenceServicer, Limits
+from netgain.server.telemetry.metrics import ServerMetrics
+from netgain.server.telemetry.recorder import Recorder, SpanLog
+from netgain.server.telemetry.samplers import Sampler
 
 log = logging.getLogger("netgain.server")
 

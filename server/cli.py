@@ -7,7 +7,7 @@ import argparse
 import time
 from typing import Any
 
-from server.cliargs import CliError, flag, key_values
+from netgain.server.cliargs import CliError, flag, key_values
 
 MIB = 1024 * 1024
 
@@ -101,7 +101,7 @@ def add_parser(sub: Any) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    from server.config import ServeConfig
+    from netgain.server.config import ServeConfig
 
     cfg = ServeConfig(
         model=args.model,
@@ -145,14 +145,14 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     entered = time.time()
-    from server.coldstart import ColdStart
+    from netgain.server.coldstart import ColdStart
 
     cold = ColdStart()
     cold.mark("process_start", entered)
     cfg = config_from_args(args)
     import torch  # noqa: F401 - imported here so the "imports" phase includes it
 
-    from server.app import run_server
+    from netgain.server.app import run_server
 
     cold.mark("imports")
     try:

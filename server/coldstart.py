@@ -6,7 +6,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from server.procstat import CLK_TCK, STARTTIME, stat_fields
+from netgain.server.procstat import CLK_TCK, STARTTIME, stat_fields
 
 COLD_START_PHASES = ("process_start", "imports", "model_built", "on_device", "warmup", "ready")
 

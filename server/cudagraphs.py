@@ -13,7 +13,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from server.handlers.base import Handler
+from netgain.server.handlers.base import Handler
 
 
 def bucket(rows: int) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from server.handlers.base import Handler
+from netgain.server.handlers.base import Handler
 
 
 class DeviceOutOfMemory(RuntimeError):
@@ -124,7 +124,7 @@ class DeviceRunner:
                     event.record()
             torch.cuda.synchronize(self.device)
         if self.cuda_graphs:
-            from server.cudagraphs import GraphCache
+            from netgain.server.cudagraphs import GraphCache
 
             dtype = getattr(torch, self.dtype) if self._autocast else None
             self.graphs = GraphCache(self.handler, self.model, self.device, dtype)

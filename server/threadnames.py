@@ -18,7 +18,7 @@ import ctypes.util
 import sys
 import threading
 
-from server.procstat import STARTTIME, stat_fields
+from netgain.server.procstat import STARTTIME, stat_fields
 
 _PR_SET_NAME = 15
 _libc: ctypes.CDLL | None = None

@@ -1,4 +1,4 @@
-"""Shared fixtures: real ``python -m server`` processes on 127.0.0.1, port 0.
+"""Shared fixtures: real ``python -m netgain.server`` processes on 127.0.0.1, port 0.
 
 ``start_server(*args)`` launches the server with ``--port 0 --metrics-port 0 --ports-file F``
 (plus ``--span-log`` unless given), waits for the ports file and for health SERVING within
@@ -28,8 +28,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from protos import InferenceStub, pb
-from server.handlers.base import Handler, InvalidInput
+from netgain.protos import InferenceStub, pb
+from netgain.server.handlers.base import Handler, InvalidInput
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
@@ -88,7 +88,7 @@ def server_env() -> dict[str, str]:
 
 def netgain_cmd(*args: str) -> list[str]:
     """``netgain ARGS`` as the tests start it: this interpreter, the source tree on the path."""
-    return [sys.executable, "-m", "loadgen.cli", *args]
+    return [sys.executable, "-m", "netgain.loadgen.cli", *args]
 
 
 def run_netgain(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
@@ -116,7 +116,7 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
 
 
 class ServerHandle:
-    """A running ``python -m server`` process and how to reach it."""
+    """A running ``python -m netgain.server`` process and how to reach it."""
 
     def __init__(
         self,
@@ -241,7 +241,7 @@ class ServerLauncher:
         cmd = [
             sys.executable,
             "-m",
-            "server",
+            "netgain.server",
             "--host",
             HOST,
             "--port",

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from analysis_fixtures import make_run
 
-from loadgen import cli_report
-from loadgen.cli import dispatch
+from netgain.loadgen import cli_report
+from netgain.loadgen.cli import dispatch
 
 
 def _run(argv: list[str]) -> int:

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from analysis_fixtures import make_run
 
-from loadgen.analysis import AnalysisError, build_report, capacity_at_slo, cost
-from loadgen.analysis import compare as cmp
-from loadgen.analysis.compare import traffic_differences
-from loadgen.analysis.summary import RunResult
-from server.cliargs import CliError
+from netgain.loadgen.analysis import AnalysisError, build_report, capacity_at_slo, cost
+from netgain.loadgen.analysis import compare as cmp
+from netgain.loadgen.analysis.compare import traffic_differences
+from netgain.loadgen.analysis.summary import RunResult
+from netgain.server.cliargs import CliError
 
 GPU_FAST = {"kernel": 0.5, "h2d": 0.2, "d2h": 0.1, "pre": 2.0}
 

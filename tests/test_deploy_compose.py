@@ -37,7 +37,7 @@ def command(svc: str) -> list[str]:
 
 def netgain_parser() -> Any:
     try:
-        from loadgen.cli import build_parser
+        from netgain.loadgen.cli import build_parser
     except ImportError as exc:  # pragma: no cover
         pytest.xfail(f"netgain's CLI not importable yet: {exc}")
     return build_parser()
@@ -45,7 +45,11 @@ def netgain_parser() -> Any:
 
 def serve_help_flags() -> set[str]:
     out = subprocess.run(
-        [sys.executable, "-m", "server", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60
+        [sys.executable, "-m", "netgain.server", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     return set(re.findall(r"(--[a-z][a-z0-9-]+)", out.stdout))
@@ -72,11 +76,11 @@ def test_services_present() -> None:
 def test_server_commands_agree_with_code(svc: str) -> None:
     args = command(svc)
     assert args[0] == "serve"
-    from loadgen.cli import dispatch  # noqa: F401 - python -m server needs it
-    from server.cli import config_from_args
+    from netgain.loadgen.cli import dispatch  # noqa: F401 - python -m netgain.server needs it
+    from netgain.server.cli import config_from_args
 
     unknown = {a.split("=")[0] for a in args if a.startswith("--")} - serve_help_flags()
-    assert not unknown, f"not in `python -m server --help`: {unknown}"
+    assert not unknown, f"not in `python -m netgain.server --help`: {unknown}"
     cfg = config_from_args(netgain_parser().parse_args(args))
     assert cfg.host == "0.0.0.0"
     ports = published(svc)

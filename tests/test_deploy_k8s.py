@@ -101,7 +101,7 @@ def test_manifest_is_a_valid_model(doc: dict[str, Any]) -> None:
 
 
 def serve_parser() -> argparse.ArgumentParser:
-    from server import cli
+    from netgain.server import cli
 
     p = argparse.ArgumentParser(prog="netgain")
     sub = p.add_subparsers(dest="command")
@@ -111,7 +111,7 @@ def serve_parser() -> argparse.ArgumentParser:
 
 def netgain_parser() -> argparse.ArgumentParser:
     try:
-        from loadgen.cli import build_parser
+        from netgain.loadgen.cli import build_parser
     except ImportError as exc:  # pragma: no cover - while the load generator is being built
         pytest.xfail(f"netgain's CLI not importable yet: {exc}")
     return build_parser()
@@ -119,7 +119,11 @@ def netgain_parser() -> argparse.ArgumentParser:
 
 def serve_help_flags() -> set[str]:
     out = subprocess.run(
-        [sys.executable, "-m", "server", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60
+        [sys.executable, "-m", "netgain.server", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     return set(re.findall(r"(--[a-z][a-z0-9-]+)", out.stdout))
@@ -162,9 +166,9 @@ def test_server_deployment_agrees_with_code(doc: dict[str, Any]) -> None:
     args = c["args"]
     assert args[0] == "serve"
     unknown = flags_of(args) - serve_help_flags()
-    assert not unknown, f"flags not in `python -m server --help`: {unknown}"
+    assert not unknown, f"flags not in `python -m netgain.server --help`: {unknown}"
     parsed = serve_parser().parse_args(args)  # values and choices too
-    from server.cli import config_from_args
+    from netgain.server.cli import config_from_args
 
     cfg = config_from_args(parsed)
     assert cfg.host == "0.0.0.0", (

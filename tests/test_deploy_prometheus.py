@@ -1,6 +1,6 @@
 """deploy/prometheus and the dashboards' queries, proven against a real Prometheus.
 
-A real `python -m server --model null` process serves traffic from a small bounded gRPC
+A real `python -m netgain.server --model null` process serves traffic from a small bounded gRPC
 client loop (with some failing requests, so error series exist); a real Prometheus (the
 Debian package's binary) scrapes it every second with deploy/'s rules. Then every PromQL
 expression of the dashboards and rules is evaluated through /api/v1/query and must return
@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import yaml
 
-from loadgen.orchestrate import free_port
+from netgain.loadgen.orchestrate import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -48,7 +48,7 @@ cq = importlib.util.module_from_spec(_spec)
 sys.modules["netgain_check_queries"] = cq
 _spec.loader.exec_module(cq)
 
-LOADGEN_RUNNABLE = importlib.util.find_spec("loadgen.cli_load") is not None
+LOADGEN_RUNNABLE = importlib.util.find_spec("netgain.loadgen.cli_load") is not None
 CLIENT_PENDING = (
     "client metrics need `netgain load` (loadgen.cli_load not importable yet): pending the load generator"
 )
@@ -154,7 +154,7 @@ def test_metric_names_exist() -> None:
     """Every netgain_* name in the rules and dashboards is one the server or the client exports."""
     from prometheus_client import CollectorRegistry
 
-    from server.telemetry.metrics import ServerMetrics
+    from netgain.server.telemetry.metrics import ServerMetrics
 
     reg = CollectorRegistry()
     m = ServerMetrics(reg, "null", "cpu")
@@ -169,7 +169,7 @@ def test_metric_names_exist() -> None:
             names |= {family.name + sfx for sfx in ("_bucket", "_sum", "_count")}
     server = {n for n in names if n.startswith("netgain_")}
     if LOADGEN_RUNNABLE:  # the load generator's own definitions are the truth
-        from loadgen.runner.live import ClientMetrics
+        from netgain.loadgen.runner.live import ClientMetrics
 
         creg = CollectorRegistry()
         ClientMetrics(creg)
@@ -222,8 +222,8 @@ class Traffic:
     def __init__(self, target: str, max_s: float = 150.0) -> None:
         import grpc
 
-        from protos import inference_pb2 as pb
-        from protos.service import InferenceStub
+        from netgain.protos import inference_pb2 as pb
+        from netgain.protos.service import InferenceStub
 
         self.pb = pb
         self.channel = grpc.insecure_channel(target)
@@ -301,7 +301,7 @@ class Stack:
             [
                 sys.executable,
                 "-m",
-                "server",
+                "netgain.server",
                 "--model",
                 "null",
                 "--host",
@@ -357,7 +357,7 @@ class Stack:
             [
                 sys.executable,
                 "-m",
-                "loadgen.cli",
+                "netgain.loadgen.cli",
                 "load",
                 "--target",
                 f"127.0.0.1:{self.grpc_port}",

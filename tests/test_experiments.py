@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from conftest import run_netgain
 
-from loadgen.experiments import compare
-from loadgen.experiments.compare import CompareConfig, Side, _with_rate, best_batch
-from loadgen.experiments.drill import distribution
+from netgain.loadgen.experiments import compare
+from netgain.loadgen.experiments.compare import CompareConfig, Side, _with_rate, best_batch
+from netgain.loadgen.experiments.drill import distribution
 
 
 def netgain(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:

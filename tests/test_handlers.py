@@ -11,13 +11,13 @@ import pytest
 import torch
 from PIL import Image
 
-from protos import pb
-from server.handlers import BUILTIN, create_handler, resolve_handler_class
-from server.handlers.base import Handler, InvalidInput
-from server.handlers.image import ImageHandler
-from server.handlers.null import NullHandler
-from server.handlers.tabular import TabularHandler
-from server.handlers.text import TextHandler
+from netgain.protos import pb
+from netgain.server.handlers import BUILTIN, create_handler, resolve_handler_class
+from netgain.server.handlers.base import Handler, InvalidInput
+from netgain.server.handlers.image import ImageHandler
+from netgain.server.handlers.null import NullHandler
+from netgain.server.handlers.tabular import TabularHandler
+from netgain.server.handlers.text import TextHandler
 
 SMALL_TEXT = {"layers": "1", "d_model": "32", "heads": "2", "max_len": "16"}
 
@@ -42,7 +42,7 @@ class TestLoader:
     def test_builtins_and_module_class(self) -> None:
         assert set(BUILTIN) == {"image", "text", "tabular", "null"}
         assert resolve_handler_class("image") is ImageHandler
-        assert resolve_handler_class("server.handlers.null:NullHandler") is NullHandler
+        assert resolve_handler_class("netgain.server.handlers.null:NullHandler") is NullHandler
         h = create_handler("tabular", {"features": "4"}, seed=3)
         assert isinstance(h, TabularHandler) and h.features == 4 and h.seed == 3
 
@@ -53,10 +53,10 @@ class TestLoader:
             ("no_such_module_xyz:Model", "cannot import handler module 'no_such_module_xyz'"),
             (
                 "collections:OrderedDict",
-                "'collections:OrderedDict' is not a subclass of server.handlers.Handler",
+                "'collections:OrderedDict' is not a subclass of netgain.server.handlers.Handler",
             ),
-            ("server.handlers.null:Missing", "is not a subclass of server.handlers.Handler"),
-            ("server.handlers.base:argmax_output", "is not a subclass"),
+            ("netgain.server.handlers.null:Missing", "is not a subclass of netgain.server.handlers.Handler"),
+            ("netgain.server.handlers.base:argmax_output", "is not a subclass"),
         ],
     )
     def test_bad_specs(self, spec: str, message: str) -> None:

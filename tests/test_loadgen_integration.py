@@ -244,7 +244,7 @@ def test_killed_worker_marks_the_run_partial_and_keeps_every_row(null_server: An
         deadline = time.monotonic() + 30
         workers: list[psutil.Process] = []
         while time.monotonic() < deadline and len(workers) < 2:
-            workers = [c for c in proc.children() if "loadgen.runner" in " ".join(c.cmdline())]
+            workers = [c for c in proc.children() if "netgain.loadgen.runner" in " ".join(c.cmdline())]
             time.sleep(0.1)
         assert len(workers) == 2
         time.sleep(3.0)  # let the run get going
@@ -288,7 +288,7 @@ def _served(metrics_port: int) -> float:
 def test_connections_spread_load_over_processes_sharing_a_port(tmp_path: Path) -> None:
     """Two server processes on one port (SO_REUSEPORT): the kernel picks one per connection, so one
     connection loads one process and --connections 16 loads both."""
-    from loadgen.orchestrate import ServerProcess, free_port
+    from netgain.loadgen.orchestrate import ServerProcess, free_port
 
     port = free_port()
     args = ["--model", "null"]

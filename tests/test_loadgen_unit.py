@@ -9,16 +9,16 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from loadgen.payloads import PayloadFactory, size_bucket
-from loadgen.runner.engine import parse_trailers
-from loadgen.runner.live import LogHistogram
-from loadgen.runner.protocol import RECORD_COLUMNS, Plan, empty_columns
-from loadgen.runner.scrape import Samples
-from loadgen.runner.sink import RecordSink
-from loadgen.runner.wire import records_batch
-from loadgen.schedule import from_trace
-from loadgen.traces import synthesize
-from protos import pb
+from netgain.loadgen.payloads import PayloadFactory, size_bucket
+from netgain.loadgen.runner.engine import parse_trailers
+from netgain.loadgen.runner.live import LogHistogram
+from netgain.loadgen.runner.protocol import RECORD_COLUMNS, Plan, empty_columns
+from netgain.loadgen.runner.scrape import Samples
+from netgain.loadgen.runner.sink import RecordSink
+from netgain.loadgen.runner.wire import records_batch
+from netgain.loadgen.schedule import from_trace
+from netgain.loadgen.traces import synthesize
+from netgain.protos import pb
 
 
 def test_seeded_schedule_is_exact() -> None:
@@ -144,8 +144,8 @@ def _histogram_samples(registry: Any) -> dict[tuple[str, str], float]:
 def test_array_histogram_exports_what_prometheus_histogram_does() -> None:
     from prometheus_client import CollectorRegistry, Histogram
 
-    from server.telemetry.histograms import ArrayHistogram
-    from server.telemetry.metrics import DURATION_BUCKETS
+    from netgain.server.telemetry.histograms import ArrayHistogram
+    from netgain.server.telemetry.metrics import DURATION_BUCKETS
 
     rng = np.random.default_rng(1)
     # lognormal around 5 ms, every bucket bound itself (le: counted in that bucket), 0 and past +Inf
@@ -215,8 +215,8 @@ def test_sink_writes_incrementally_and_fills_missing(tmp_path) -> None:  # type:
 
 
 def test_records_cross_the_wire_as_arrow_and_duplicates_are_counted(tmp_path: Any) -> None:
-    from loadgen.runner.live import LiveStats
-    from loadgen.runner.wire import decode_records, encode_records
+    from netgain.loadgen.runner.live import LiveStats
+    from netgain.loadgen.runner.wire import decode_records, encode_records
 
     cols = _cols([0, 1, 2])
     cols["done_ns"][2] = None  # dropped: never answered
@@ -239,7 +239,7 @@ def test_records_cross_the_wire_as_arrow_and_duplicates_are_counted(tmp_path: An
     # the client metrics take the same records: answered ones only, latency from the schedule
     from prometheus_client import CollectorRegistry
 
-    from loadgen.runner.live import ClientMetrics
+    from netgain.loadgen.runner.live import ClientMetrics
 
     reg = CollectorRegistry()
     served = LiveStats(ClientMetrics(reg), out=io.StringIO())
@@ -268,7 +268,7 @@ def test_worker_does_not_import_parquet() -> None:
 def test_frames_round_trip_and_end_of_stream() -> None:
     import io
 
-    from loadgen.runner import frames
+    from netgain.loadgen.runner import frames
 
     records = {"index": [1, 2], "sent_ns": [None, 5], "body": b"\x00\xff"}
     buf = io.BytesIO()
@@ -325,7 +325,7 @@ def test_precise_selector_waits_out_its_timeout_and_wakes_on_input() -> None:
     import threading
     import time
 
-    from loadgen.runner.engine import SPIN_S, PreciseSelector
+    from netgain.loadgen.runner.engine import SPIN_S, PreciseSelector
 
     a, b = socket.socketpair()
     sel = PreciseSelector()
@@ -378,7 +378,7 @@ def _open_engine(rate: float, seconds: float, max_in_flight: int, delay_s: float
     import io
     import time
 
-    from loadgen.runner.engine import Engine
+    from netgain.loadgen.runner.engine import Engine
 
     sched = from_trace(synthesize("poisson", rate, seconds, seed=3))
     plan = _plan(sched, worker=0, workers=1, max_in_flight=max_in_flight)
@@ -424,8 +424,8 @@ def test_wait_ready_says_when_there_is_no_health_service() -> None:
 
     import grpc
 
-    from loadgen.orchestrate import ServerProcess
-    from server.cliargs import CliError
+    from netgain.loadgen.orchestrate import ServerProcess
+    from netgain.server.cliargs import CliError
 
     bare = grpc.server(futures.ThreadPoolExecutor(1))  # a gRPC server with no services at all
     port = bare.add_insecure_port("127.0.0.1:0")

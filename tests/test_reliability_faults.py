@@ -22,7 +22,7 @@ from test_reliability_common import (
     requests_by_code,
 )
 
-from protos import InferenceStub, pb
+from netgain.protos import InferenceStub, pb
 
 pytestmark = pytest.mark.slow
 

@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_reliability_common import encoded_image, jpeg_with_declared_size, png_bomb
 
-from protos import pb
-from server.handlers.base import Handler, InvalidInput
-from server.handlers.image import ImageHandler
-from server.handlers.null import NullHandler
-from server.handlers.tabular import TabularHandler
-from server.handlers.text import TextHandler
-from server.service import REQUEST_ID_RE, Limits, validate_request
+from netgain.protos import pb
+from netgain.server.handlers.base import Handler, InvalidInput
+from netgain.server.handlers.image import ImageHandler
+from netgain.server.handlers.null import NullHandler
+from netgain.server.handlers.tabular import TabularHandler
+from netgain.server.handlers.text import TextHandler
+from netgain.server.service import REQUEST_ID_RE, Limits, validate_request
 
 FAST = settings(deadline=None, database=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
 IMAGE_SIZE = 32

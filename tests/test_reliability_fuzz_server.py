@@ -23,12 +23,12 @@ from hypothesis import strategies as st
 from test_reliability_common import requests_by_code, wait_for_counts
 from test_reliability_fuzz_handlers import feature_vectors, image_payloads, text_payloads
 
-from protos import pb
-from server.handlers.base import Handler, InvalidInput
-from server.handlers.image import ImageHandler
-from server.handlers.tabular import TabularHandler
-from server.handlers.text import TextHandler
-from server.service import REQUEST_ID_RE
+from netgain.protos import pb
+from netgain.server.handlers.base import Handler, InvalidInput
+from netgain.server.handlers.image import ImageHandler
+from netgain.server.handlers.tabular import TabularHandler
+from netgain.server.handlers.text import TextHandler
+from netgain.server.service import REQUEST_ID_RE
 
 pytestmark = pytest.mark.slow
 

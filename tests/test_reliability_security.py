@@ -23,7 +23,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families
 from test_reliability_common import REPO_ROOT, run_load
 
-from protos import InferenceStub, pb
+from netgain.protos import InferenceStub, pb
 
 x509 = pytest.importorskip("cryptography.x509")
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
@@ -46,7 +46,7 @@ def test_server_binds_loopback_when_no_host_is_given(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "server",
+        "netgain.server",
         "--model",
         "null",
         "--port",
@@ -262,7 +262,7 @@ def _serve_exit(tmp_path: Path, model: str) -> subprocess.CompletedProcess[str]:
     env = server_env()
     env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
     return subprocess.run(
-        [sys.executable, "-m", "server", "--model", model, "--port", "0", "--metrics-port", "-1"],
+        [sys.executable, "-m", "netgain.server", "--model", model, "--port", "0", "--metrics-port", "-1"],
         capture_output=True,
         text=True,
         timeout=90,
@@ -284,7 +284,7 @@ def test_handlers_load_only_from_an_explicit_module_class(tmp_path: Path) -> Non
         assert "Traceback" not in res.stderr
     assert not marker.exists(), "a bare name imported a module"
     res = _serve_exit(tmp_path, "os:path")  # explicit, but not a Handler
-    assert res.returncode == 2 and "is not a subclass of server.handlers.Handler" in res.stderr
+    assert res.returncode == 2 and "is not a subclass of netgain.server.handlers.Handler" in res.stderr
 
 
 # -- no request data in metric labels; request ids validated --------------------------------------

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 
-from server.telemetry.samplers import thread_role
+from netgain.server.telemetry.samplers import thread_role
 
 
 def test_cuda_graph_buckets_and_eligibility() -> None:
-    from server.cudagraphs import bucket
-    from server.device import DeviceRunner
-    from server.handlers import create_handler
+    from netgain.server.cudagraphs import bucket
+    from netgain.server.device import DeviceRunner
+    from netgain.server.handlers import create_handler
 
     assert [bucket(n) for n in (1, 2, 3, 4, 5, 8, 9, 64, 65)] == [1, 2, 4, 4, 8, 8, 16, 64, 128]
     # Never on the CPU, and never for handlers whose shapes vary from batch to batch.
@@ -24,8 +24,8 @@ def test_thread_roles_come_from_os_thread_names() -> None:
     """Python threads get OS names, so /proc shows which role used the CPU."""
     import threading
 
-    from server.telemetry.samplers import read_thread_cpu
-    from server.threadnames import name_os_thread
+    from netgain.server.telemetry.samplers import read_thread_cpu
+    from netgain.server.threadnames import name_os_thread
 
     seen: dict[str, str] = {}
     stop = threading.Event()

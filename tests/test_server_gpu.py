@@ -13,11 +13,11 @@ from conftest import ServerHandle, ServerLauncher
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
-from protos import pb
-from server.device import DeviceOutOfMemory, DeviceRunner
-from server.handlers.base import Handler
-from server.handlers.image import ImageHandler
-from server.timing import PHASES, parse_batch, parse_server_timing
+from netgain.protos import pb
+from netgain.server.device import DeviceOutOfMemory, DeviceRunner
+from netgain.server.handlers.base import Handler
+from netgain.server.handlers.image import ImageHandler
+from netgain.server.timing import PHASES, parse_batch, parse_server_timing
 
 pytestmark = [
     pytest.mark.gpu,
@@ -160,7 +160,7 @@ def test_cuda_graphs_match_eager(model: str) -> None:
     """A graph replay gives the eager outputs for every batch size, padded rows never leak."""
     import random
 
-    from server.handlers import create_handler
+    from netgain.server.handlers import create_handler
 
     opts = (
         {"size": "32"} if model == "image" else {"pad": "fixed", "layers": "2", "d_model": "64", "heads": "4"}

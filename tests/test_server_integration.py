@@ -1,4 +1,4 @@
-"""Integration: real ``python -m server`` processes on 127.0.0.1 and real gRPC clients."""
+"""Integration: real ``python -m netgain.server`` processes on 127.0.0.1 and real gRPC clients."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from PIL import Image
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from loadgen.payloads import PayloadFactory
-from protos import SERVICE_NAME, InferenceStub, pb
-from server.coldstart import COLD_START_PHASES
-from server.timing import PHASES, parse_batch, parse_server_timing
+from netgain.loadgen.payloads import PayloadFactory
+from netgain.protos import SERVICE_NAME, InferenceStub, pb
+from netgain.server.coldstart import COLD_START_PHASES
+from netgain.server.timing import PHASES, parse_batch, parse_server_timing
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -530,7 +530,18 @@ def test_text_tabular_null_models_answer(start_server: ServerLauncher) -> None:
 
 def run_cli(*args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "server", "--host", "127.0.0.1", "--port", "0", "--metrics-port", "-1", *args],
+        [
+            sys.executable,
+            "-m",
+            "netgain.server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--metrics-port",
+            "-1",
+            *args,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -14,7 +14,7 @@ import grpc
 import pytest
 from conftest import ServerHandle, ServerLauncher
 
-from protos import pb
+from netgain.protos import pb
 
 
 def capture(server: ServerHandle, ranges_only: bool, batches: int = 3) -> tuple[Any, list[dict[str, Any]]]:
@@ -110,7 +110,7 @@ def test_profiler_that_fails_to_start_leaves_nothing_enabled(
     import torch._C._autograd as autograd_c
     import torch.autograd.profiler as ap
 
-    from server.batching.pipeline import ProfileCapture, ProfilerUnavailable
+    from netgain.server.batching.pipeline import ProfileCapture, ProfilerUnavailable
 
     def refuse(*args: Any) -> None:
         raise RuntimeError("no profiler here")

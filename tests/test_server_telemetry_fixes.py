@@ -17,12 +17,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
-from protos import InferenceStub, pb
-from server.coldstart import COLD_START_PHASES
-from server.procstat import STARTTIME, stat_fields
-from server.telemetry import samplers
-from server.telemetry.samplers import read_thread_cpu, thread_role
-from server.threadnames import name_os_thread, own_threads
+from netgain.protos import InferenceStub, pb
+from netgain.server.coldstart import COLD_START_PHASES
+from netgain.server.procstat import STARTTIME, stat_fields
+from netgain.server.telemetry import samplers
+from netgain.server.telemetry.samplers import read_thread_cpu, thread_role
+from netgain.server.threadnames import name_os_thread, own_threads
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 

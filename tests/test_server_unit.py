@@ -13,18 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protos import pb
-from server.batching.pipeline import Pipeline, PipelineConfig
-from server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
-from server.coldstart import COLD_START_PHASES, ColdStart
-from server.config import ServeConfig
-from server.device import DeviceOutOfMemory, DeviceRunner
-from server.handlers.base import Handler, InvalidInput
-from server.service import Limits, validate_request
-from server.telemetry.metrics import DURATION_BUCKETS, log_buckets
-from server.telemetry.recorder import SpanLog, span_record
-from server.telemetry.samplers import thread_role
-from server.timing import PHASES
+from netgain.protos import pb
+from netgain.server.batching.pipeline import Pipeline, PipelineConfig
+from netgain.server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
+from netgain.server.coldstart import COLD_START_PHASES, ColdStart
+from netgain.server.config import ServeConfig
+from netgain.server.device import DeviceOutOfMemory, DeviceRunner
+from netgain.server.handlers.base import Handler, InvalidInput
+from netgain.server.service import Limits, validate_request
+from netgain.server.telemetry.metrics import DURATION_BUCKETS, log_buckets
+from netgain.server.telemetry.recorder import SpanLog, span_record
+from netgain.server.telemetry.samplers import thread_role
+from netgain.server.timing import PHASES
 
 MS = 1_000_000
 
@@ -458,7 +458,7 @@ def test_thread_roles() -> None:
 
 
 def test_example_inputs_are_deterministic() -> None:
-    from server.handlers.tabular import TabularHandler
+    from netgain.server.handlers.tabular import TabularHandler
 
     h = TabularHandler()
     assert h.example_input(random.Random(3)) == h.example_input(random.Random(3))
@@ -470,8 +470,8 @@ def test_recorder_observes_with_exemplars_and_writes_span_log(tmp_path: Any) -> 
     from prometheus_client import CollectorRegistry, generate_latest
     from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-    from server.telemetry.metrics import ServerMetrics
-    from server.telemetry.recorder import Recorder
+    from netgain.server.telemetry.metrics import ServerMetrics
+    from netgain.server.telemetry.recorder import Recorder
 
     registry = CollectorRegistry()
     metrics = ServerMetrics(registry, "null", "cpu")
@@ -520,7 +520,7 @@ def test_duration_histograms_batch_shared_phases_equal_per_request_observations(
     import numpy as np
     from prometheus_client import CollectorRegistry
 
-    from server.telemetry.histograms import ALL, PER_REQUEST, SERIES, SHARED, DurationHistograms
+    from netgain.server.telemetry.histograms import ALL, PER_REQUEST, SERIES, SHARED, DurationHistograms
 
     rng = np.random.default_rng(7)
     bounds = list(DURATION_BUCKETS)
@@ -552,7 +552,7 @@ def test_duration_histograms_batch_shared_phases_equal_per_request_observations(
 def test_resolve_device(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from server.device import resolve_device
+    from netgain.server.device import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("cpu") == "cpu" and resolve_device("auto") == "cpu"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadgen.traces import (
+from netgain.loadgen.traces import (
     ARRIVALS,
     Trace,
     TraceError,

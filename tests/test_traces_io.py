@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from loadgen.traces import Trace, TraceError, import_access_log, read_trace, synthesize, write_trace
+from netgain.loadgen.traces import Trace, TraceError, import_access_log, read_trace, synthesize, write_trace
 
 
 @pytest.mark.parametrize("ext", ["csv", "jsonl", "ndjson", "parquet"])

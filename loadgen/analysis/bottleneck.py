@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from loadgen.analysis.stats import slope
+from netgain.loadgen.analysis.stats import slope
 
 DEVICE_BUSY = 0.85
 DEVICE_IDLE = 0.50

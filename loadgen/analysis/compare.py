@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.analysis import cost
-from loadgen.analysis.rundir import AnalysisError
-from loadgen.analysis.stats import interval
-from loadgen.analysis.summary import RunResult
+from netgain.loadgen.analysis import cost
+from netgain.loadgen.analysis.rundir import AnalysisError
+from netgain.loadgen.analysis.stats import interval
+from netgain.loadgen.analysis.summary import RunResult
 
 # A number standing alone in a description ("rate=200.0", "seed=0"), not part of a word or path
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")

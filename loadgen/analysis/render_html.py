@@ -5,9 +5,9 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from loadgen.analysis import svg
-from loadgen.analysis.render_text import headline, render_markdown
-from loadgen.analysis.tail import TAIL_PHASES
+from netgain.loadgen.analysis import svg
+from netgain.loadgen.analysis.render_text import headline, render_markdown
+from netgain.loadgen.analysis.tail import TAIL_PHASES
 
 
 def _sides(r: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -7,10 +7,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from loadgen.analysis import compare as cmp
-from loadgen.analysis.cost import capacity_from_points
-from loadgen.analysis.rundir import AnalysisError, load_meta
-from loadgen.analysis.summary import analyze
+from netgain.loadgen.analysis import compare as cmp
+from netgain.loadgen.analysis.cost import capacity_from_points
+from netgain.loadgen.analysis.rundir import AnalysisError, load_meta
+from netgain.loadgen.analysis.summary import analyze
 
 REPORT_FILES = ("report.json", "report.md", "report.html")
 
@@ -164,8 +164,8 @@ def to_json(report: dict[str, Any]) -> str:
 
 def write_outputs(report: dict[str, Any], run_dir: str | Path) -> list[Path]:
     """Write report.json, report.md and report.html into ``run_dir``; return their paths."""
-    from loadgen.analysis.render_html import render_html
-    from loadgen.analysis.render_text import render_markdown
+    from netgain.loadgen.analysis.render_html import render_html
+    from netgain.loadgen.analysis.render_text import render_markdown
 
     out = Path(run_dir)
     paths = [out / name for name in REPORT_FILES]

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from server.cliargs import CliError
+from netgain.server.cliargs import CliError
 
 PHASES = ("queue", "pre", "h2d", "kernel", "d2h", "post")
 REQUIRED = ("scheduled_ns", "sent_ns", "done_ns", "status", "warmup")

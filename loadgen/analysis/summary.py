@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.analysis import bottleneck as bn
-from loadgen.analysis import cost, stats
-from loadgen.analysis.rundir import (
+from netgain.loadgen.analysis import bottleneck as bn
+from netgain.loadgen.analysis import cost, stats
+from netgain.loadgen.analysis.rundir import (
     PHASES,
     AnalysisError,
     join_span_log,
@@ -18,7 +18,7 @@ from loadgen.analysis.rundir import (
     load_requests,
     load_samples,
 )
-from loadgen.analysis.tail import BAND, attribute, phase_matrix
+from netgain.loadgen.analysis.tail import BAND, attribute, phase_matrix
 
 PLOT_METRICS = (
     "netgain_gpu_utilization_ratio",

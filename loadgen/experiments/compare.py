@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadgen.orchestrate import ServerProcess, run_load
-from server.cliargs import CliError
+from netgain.loadgen.orchestrate import ServerProcess, run_load
+from netgain.server.cliargs import CliError
 
 
 @dataclass
@@ -115,7 +115,7 @@ def _p99(run_dir: str) -> float:
 @functools.cache
 def _summary(run_dir: str) -> tuple[float, bool]:
     """(p99 ms, valid) of a finished run; cached, since progress lines and the batch choice both ask."""
-    from loadgen.analysis import build_report
+    from netgain.loadgen.analysis import build_report
 
     rep = build_report(run_dir, bootstrap=0)
     return float(rep["latency_ms"]["p99"] or float("inf")), bool(rep["valid"])
@@ -123,7 +123,7 @@ def _summary(run_dir: str) -> tuple[float, bool]:
 
 def _recorded_device(run_dir: str) -> str | None:
     """The device the server of a finished run said it ran on (meta.json), or None."""
-    from loadgen.analysis.rundir import AnalysisError, load_meta
+    from netgain.loadgen.analysis.rundir import AnalysisError, load_meta
 
     try:
         device = load_meta(run_dir).get("server", {}).get("device")
@@ -233,7 +233,7 @@ def best_batch(cfg: CompareConfig, warm_runs: dict[int, str]) -> int:
 
 
 def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[list[Any]]]:
-    from loadgen.analysis import build_report, write_outputs
+    from netgain.loadgen.analysis import build_report, write_outputs
 
     rows: list[list[Any]] = []
     for name, res in sides.items():

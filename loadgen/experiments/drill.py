@@ -20,10 +20,10 @@ from typing import Any
 
 import grpc
 
-from loadgen.orchestrate import ServerProcess, free_port, run_load
-from protos import InferenceStub, pb
-from server.cliargs import CliError
-from server.handlers import create_handler
+from netgain.loadgen.orchestrate import ServerProcess, free_port, run_load
+from netgain.protos import InferenceStub, pb
+from netgain.server.cliargs import CliError
+from netgain.server.handlers import create_handler
 
 
 def _first_success(target: str, request: pb.InferRequest, timeout_s: float) -> float:

@@ -1,4 +1,4 @@
-"""``python -m loadgen.runner --master-host H --master-port P``: a bare worker process.
+"""``python -m netgain.loadgen.runner --master-host H --master-port P``: a bare worker process.
 
 This is what the master spawns for local workers."""
 
@@ -9,7 +9,7 @@ import sys
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadgen.runner")
+    parser = argparse.ArgumentParser(prog="python -m netgain.loadgen.runner")
     parser.add_argument("--master-host", default="127.0.0.1")
     parser.add_argument("--master-port", type=int, required=True)
     args = parser.parse_args()
@@ -17,7 +17,7 @@ def main() -> int:
     from grpc.experimental import gevent as grpc_gevent  # type: ignore[attr-defined]
 
     grpc_gevent.init_gevent()
-    from loadgen.runner.worker import run_worker
+    from netgain.loadgen.runner.worker import run_worker
 
     return run_worker(args.master_host, args.master_port)
 

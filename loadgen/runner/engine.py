@@ -27,11 +27,11 @@ from typing import IO, Any
 
 import grpc
 
-from loadgen.payloads import PayloadFactory
-from loadgen.runner import frames
-from loadgen.runner.protocol import PHASE_COLUMNS, Plan, empty_columns
-from protos.service import SERVICE_NAME
-from server.timing import PHASES, REQUEST_ID_KEY, TIMING_KEY, parse_trailer
+from netgain.loadgen.payloads import PayloadFactory
+from netgain.loadgen.runner import frames
+from netgain.loadgen.runner.protocol import PHASE_COLUMNS, Plan, empty_columns
+from netgain.protos.service import SERVICE_NAME
+from netgain.server.timing import PHASES, REQUEST_ID_KEY, TIMING_KEY, parse_trailer
 
 log = logging.getLogger("netgain.loadgen")
 FLUSH_INTERVAL_S = 0.25

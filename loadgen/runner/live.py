@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from server.telemetry.histograms import ArrayHistogram
-from server.telemetry.metrics import DURATION_BUCKETS
+from netgain.server.telemetry.histograms import ArrayHistogram
+from netgain.server.telemetry.metrics import DURATION_BUCKETS
 
 
 class LogHistogram:

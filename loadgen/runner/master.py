@@ -22,9 +22,9 @@ import grpc
 from gevent import pywsgi
 from prometheus_client import CollectorRegistry, start_http_server
 
-from loadgen.runner.live import ClientMetrics, LiveStats
-from loadgen.runner.probe import probe_target
-from loadgen.runner.protocol import (
+from netgain.loadgen.runner.live import ClientMetrics, LiveStats
+from netgain.loadgen.runner.probe import probe_target
+from netgain.loadgen.runner.protocol import (
     DONE,
     GO,
     HELLO,
@@ -35,11 +35,11 @@ from loadgen.runner.protocol import (
     Plan,
     empty_columns,
 )
-from loadgen.runner.scrape import Samples
-from loadgen.runner.sink import RecordSink
-from loadgen.runner.wire import decode_records
-from loadgen.schedule import Schedule
-from server.cliargs import CliError
+from netgain.loadgen.runner.scrape import Samples
+from netgain.loadgen.runner.sink import RecordSink
+from netgain.loadgen.runner.wire import decode_records
+from netgain.loadgen.schedule import Schedule
+from netgain.server.cliargs import CliError
 
 EXIT_OK, EXIT_INVALID, EXIT_SLO = 0, 3, 4
 
@@ -230,7 +230,7 @@ class Master:
         cmd = [
             sys.executable,
             "-m",
-            "loadgen.runner",
+            "netgain.loadgen.runner",
             "--master-host",
             "127.0.0.1",
             "--master-port",

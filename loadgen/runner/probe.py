@@ -9,8 +9,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from protos import InferenceStub, pb
-from server.cliargs import CliError
+from netgain.protos import InferenceStub, pb
+from netgain.server.cliargs import CliError
 
 
 def channel_for(target: str, tls_ca: str | None = None) -> grpc.Channel:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from server.timing import PHASES
+from netgain.server.timing import PHASES
 
 HELLO = "netgain_hello"  # worker → master: its handlers are registered, a plan will not be lost
 PLAN = "netgain_plan"  # master → worker: the worker's shard and settings

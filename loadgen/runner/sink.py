@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from loadgen.runner.wire import SCHEMA, records_batch
+from netgain.loadgen.runner.wire import SCHEMA, records_batch
 
 
 class RecordSink:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from loadgen.runner.protocol import PHASE_COLUMNS, RECORD_COLUMNS
+from netgain.loadgen.runner.protocol import PHASE_COLUMNS, RECORD_COLUMNS
 
 SCHEMA = pa.schema(
     [

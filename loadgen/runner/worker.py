@@ -16,9 +16,9 @@ from typing import Any
 import gevent
 from gevent import subprocess
 
-from loadgen.runner import frames
-from loadgen.runner.protocol import DONE, GO, HELLO, PLAN, READY, RECORDS
-from loadgen.runner.wire import encode_records
+from netgain.loadgen.runner import frames
+from netgain.loadgen.runner.protocol import DONE, GO, HELLO, PLAN, READY, RECORDS
+from netgain.loadgen.runner.wire import encode_records
 
 log = logging.getLogger("netgain.loadgen")
 
@@ -48,7 +48,9 @@ class EngineLink:
         self.send = send
         self.runner = runner
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "loadgen.runner.engine"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            [sys.executable, "-m", "netgain.loadgen.runner.engine"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
         )
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.stdin, self.stdout = self.proc.stdin, self.proc.stdout

@@ -4,12 +4,12 @@ Read and write CSV / JSON lines / Parquet, import access logs, synthesize seeded
 rescale keeping the shape, fit arrival models and describe a trace. See docs/traces.md.
 """
 
-from loadgen.traces.access_log import import_access_log
-from loadgen.traces.fit import fit, params_from_fit
-from loadgen.traces.io import read_trace, write_trace
-from loadgen.traces.model import Trace, TraceError
-from loadgen.traces.summary import inspect_trace
-from loadgen.traces.synth import ARRIVALS, rescale, synthesize
+from netgain.loadgen.traces.access_log import import_access_log
+from netgain.loadgen.traces.fit import fit, params_from_fit
+from netgain.loadgen.traces.io import read_trace, write_trace
+from netgain.loadgen.traces.model import Trace, TraceError
+from netgain.loadgen.traces.summary import inspect_trace
+from netgain.loadgen.traces.synth import ARRIVALS, rescale, synthesize
 
 __all__ = [
     "ARRIVALS",

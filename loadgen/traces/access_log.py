@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
-from loadgen.traces.io import (
+from netgain.loadgen.traces.io import (
     Locator,
     column_floats,
     csv_header,
@@ -32,7 +32,7 @@ from loadgen.traces.io import (
     num,
     whole_numbers,
 )
-from loadgen.traces.model import Trace, TraceError
+from netgain.loadgen.traces.model import Trace, TraceError
 
 TIME_FORMATS = ("auto", "s", "ms", "us", "ns", "iso")
 _UNIT_NS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}

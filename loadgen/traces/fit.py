@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.traces.model import Trace
-from loadgen.traces.synth import synthesize
+from netgain.loadgen.traces.model import Trace
+from netgain.loadgen.traces.synth import synthesize
 
 MODELS = ("poisson", "gamma", "diurnal", "onoff")  # simplest first
 GOF_SEED = 0

@@ -21,7 +21,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from loadgen.traces.model import Trace, TraceError
+from netgain.loadgen.traces.model import Trace, TraceError
 
 TIME_NAMES = ("t", "t_s")
 FIELDS = ("size", "items")

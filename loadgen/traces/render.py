@@ -8,7 +8,7 @@ from xml.sax.saxutils import escape
 
 import numpy as np
 
-from loadgen.traces.model import Trace
+from netgain.loadgen.traces.model import Trace
 
 Bin = tuple[float, float, int]  # (low, high, count); low == high == 0 counts zeros
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from loadgen.traces.model import Trace
+from netgain.loadgen.traces.model import Trace
 
 PERCENTILES = (50, 90, 95, 99, 99.9)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from loadgen.traces.model import Trace
+from netgain.loadgen.traces.model import Trace
 
 ARRIVALS = ("constant", "poisson", "gamma", "onoff", "diurnal")
 MAX_REQUESTS = 100_000_000

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib
 
-from server.handlers.base import Handler, InvalidInput
+from netgain.server.handlers.base import Handler, InvalidInput
 
 BUILTIN = {
-    "null": "server.handlers.null:NullHandler",
-    "tabular": "server.handlers.tabular:TabularHandler",
-    "image": "server.handlers.image:ImageHandler",
-    "text": "server.handlers.text:TextHandler",
+    "null": "netgain.server.handlers.null:NullHandler",
+    "tabular": "netgain.server.handlers.tabular:TabularHandler",
+    "image": "netgain.server.handlers.image:ImageHandler",
+    "text": "netgain.server.handlers.text:TextHandler",
 }
 
 
@@ -30,7 +30,7 @@ def resolve_handler_class(spec: str) -> type[Handler]:
         raise ValueError(f"cannot import handler module {module_name!r}: {exc}") from None
     cls = getattr(module, class_name, None)
     if not isinstance(cls, type) or not issubclass(cls, Handler):
-        raise ValueError(f"{target!r} is not a subclass of server.handlers.Handler")
+        raise ValueError(f"{target!r} is not a subclass of netgain.server.handlers.Handler")
     return cls
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from protos import inference_pb2 as pb
+from netgain.protos import inference_pb2 as pb
 
 
 class InvalidInput(ValueError):

@@ -12,8 +12,8 @@ import struct
 import warnings
 from typing import Any
 
-from protos import inference_pb2 as pb
-from server.handlers.base import Handler, InvalidInput, argmax_output
+from netgain.protos import inference_pb2 as pb
+from netgain.server.handlers.base import Handler, InvalidInput, argmax_output
 
 _MEAN = (0.485, 0.456, 0.406)
 _STD = (0.229, 0.224, 0.225)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from protos import inference_pb2 as pb
-from server.handlers.base import Handler
+from netgain.protos import inference_pb2 as pb
+from netgain.server.handlers.base import Handler
 
 
 class NullHandler(Handler):

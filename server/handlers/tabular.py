@@ -6,8 +6,8 @@ import math
 import random
 from typing import Any
 
-from protos import inference_pb2 as pb
-from server.handlers.base import Handler, InvalidInput, argmax_output
+from netgain.protos import inference_pb2 as pb
+from netgain.server.handlers.base import Handler, InvalidInput, argmax_output
 
 
 class TabularHandler(Handler):

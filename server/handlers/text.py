@@ -10,8 +10,8 @@ import random
 import string
 from typing import Any
 
-from protos import inference_pb2 as pb
-from server.handlers.base import Handler, InvalidInput, argmax_output
+from netgain.protos import inference_pb2 as pb
+from netgain.server.handlers.base import Handler, InvalidInput, argmax_output
 
 WORDS = tuple(
     """the of and to in is was for on that with as by at from his her it an be this are which or had

@@ -19,11 +19,11 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from server.batching.queue import Pending
-from server.telemetry.histograms import PER_REQUEST, SERIES, SHARED
-from server.telemetry.metrics import ServerMetrics
-from server.threadnames import name_os_thread
-from server.timing import PHASES
+from netgain.server.batching.queue import Pending
+from netgain.server.telemetry.histograms import PER_REQUEST, SERIES, SHARED
+from netgain.server.telemetry.metrics import ServerMetrics
+from netgain.server.threadnames import name_os_thread
+from netgain.server.timing import PHASES
 
 log = logging.getLogger("netgain.server")
 

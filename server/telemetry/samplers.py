@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from server.procstat import CLK_TCK, STARTTIME, STIME, UTIME, stat_fields
-from server.telemetry.metrics import ServerMetrics
-from server.threadnames import name_os_thread, own_threads
+from netgain.server.procstat import CLK_TCK, STARTTIME, STIME, UTIME, stat_fields
+from netgain.server.telemetry.metrics import ServerMetrics
+from netgain.server.threadnames import name_os_thread, own_threads
 
 log = logging.getLogger("netgain.server")
 
