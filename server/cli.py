@@ -45,6 +45,20 @@ def add_parser(sub: Any) -> None:
     )
     flag(p, "--max-queue-size", type=int, default=256, help="requests waiting before new ones are shed")
     flag(p, "--instances", type=int, default=1, help="model instances (device workers), one stream each")
+    flag(
+        p,
+        "--workers",
+        default="auto",
+        help="frontend processes (gRPC + pre/post) feeding one device process through shared memory; "
+        "0: everything in one process; auto: from the cores this server may use",
+    )
+    flag(
+        p,
+        "--slots-per-worker",
+        type=int,
+        default=0,
+        help="shared-memory hand-off slots per frontend, one per item in flight (0: from the batch size)",
+    )
     flag(p, "--pre-threads", type=int, default=2, help="threads for pre- and post-processing")
     flag(p, "--intra-op-threads", type=int, default=0, help="torch intra-op threads (0: all usable cores)")
     flag(p, "--max-message-mb", type=float, default=16.0, help="largest request or response message")
@@ -115,6 +129,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
         max_queue_size=args.max_queue_size,
         instances=args.instances,
         pre_threads=args.pre_threads,
+        workers=args.workers,
+        slots_per_worker=args.slots_per_worker,
         intra_op_threads=args.intra_op_threads,
         max_message_bytes=int(args.max_message_mb * MIB),
         max_items_per_request=args.max_items_per_request,

@@ -18,6 +18,8 @@ class ServeConfig:
     max_queue_size: int = 256
     instances: int = 1
     pre_threads: int = 2
+    workers: int | str = "auto"  # frontend processes; 0: one process; "auto": from the usable cores
+    slots_per_worker: int = 0  # hand-off slots per frontend; 0: sized from max_batch_size
     intra_op_threads: int = 0  # 0: every core this process may use
     max_message_bytes: int = 16 * 1024 * 1024
     max_items_per_request: int = 256
@@ -58,6 +60,26 @@ class ServeConfig:
             (self.recorder_interval_s > 0, "--recorder-interval-s must be > 0"),
             (self.switch_interval_ms > 0, "--switch-interval-ms must be > 0"),
         ]
+        workers = self.workers
+        if isinstance(workers, str) and workers != "auto":
+            try:
+                self.workers = workers = int(workers)
+            except ValueError:
+                raise ValueError(f"--workers {workers!r}: use a whole number >= 0 or auto") from None
+        checks += [
+            (
+                workers == "auto" or (isinstance(workers, int) and 0 <= workers <= 256),
+                "--workers must be 0..256 or auto",
+            ),
+            (self.slots_per_worker >= 0, "--slots-per-worker must be >= 0 (0 = from the batch size)"),
+        ]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+
+    def resolved_workers(self, cores: int) -> int:
+        """Frontend processes for ``--workers auto``: none (one process) below 4 usable cores, else
+        one per core beyond the two the device process and the supervisor use, at most 16."""
+        if isinstance(self.workers, int):
+            return self.workers
+        return 0 if cores < 4 else min(16, cores - 2)
