@@ -7,7 +7,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from netgain.server.cliargs import CliError, debug_after_command
+from netgain.errors import NetgainError
+from netgain.server.cliargs import debug_after_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """Run a parsed subcommand: user errors become one line and exit status 2."""
+    """Run a parsed subcommand: user errors (NetgainError, which CliError is, and OS and value errors)
+    become one line and exit status 2."""
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
@@ -49,7 +51,7 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("netgain: interrupted", file=sys.stderr)
         return 130
-    except (CliError, FileNotFoundError, PermissionError, OSError, ValueError) as exc:
+    except (NetgainError, FileNotFoundError, PermissionError, OSError, ValueError) as exc:
         if args.debug:
             raise
         print(f"netgain {args.command}: error: {exc}", file=sys.stderr)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from types import TracebackType
 
-from netgain.server.cliargs import CliError
+from netgain.errors import NetgainError
 
 
 def free_port() -> int:
@@ -67,13 +67,13 @@ class ServerProcess:
         deadline = time.monotonic() + 60.0
         while not os.path.exists(self.ports_file):
             if self.proc.poll() is not None:
-                raise CliError(
+                raise NetgainError(
                     f"server exited with status {self.proc.returncode} during start-up"
                     + (f"; see {self.log_path}" if self.log_path else "")
                 )
             if time.monotonic() > deadline:
                 self.stop()
-                raise CliError("server did not bind its ports within 60 s")
+                raise NetgainError("server did not bind its ports within 60 s")
             time.sleep(0.05)
         with open(self.ports_file) as fh:
             ports = json.load(fh)
@@ -97,12 +97,12 @@ class ServerProcess:
             while True:
                 assert self.proc is not None
                 if self.proc.poll() is not None:
-                    raise CliError(
+                    raise NetgainError(
                         f"server exited with status {self.proc.returncode} while loading the model"
                     )
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise CliError(f"server not SERVING within {self.ready_timeout_s:.0f} s")
+                    raise NetgainError(f"server not SERVING within {self.ready_timeout_s:.0f} s")
                 try:
                     # a short deadline per stream so a server that dies while loading is noticed
                     for resp in stub.Watch(health_pb2.HealthCheckRequest(), timeout=min(left, 1.0)):
@@ -110,7 +110,9 @@ class ServerProcess:
                             return time.time() - self.spawned_at
                 except grpc.RpcError as exc:
                     if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                        raise CliError(f"{self.target} has no grpc.health.v1 service to wait on") from None
+                        raise NetgainError(
+                            f"{self.target} has no grpc.health.v1 service to wait on"
+                        ) from None
                     if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
                         # The stream's own deadline: watch again at once (a new stream sends the
                         # current status first), or a transition in the pause is seen late.

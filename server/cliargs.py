@@ -6,9 +6,11 @@ import argparse
 import os
 from typing import Any
 
+from netgain.errors import NetgainError
 
-class CliError(Exception):
-    """A user error: printed as one line, exit status 2, no traceback (unless --debug)."""
+
+class CliError(NetgainError):
+    """An argument error: printed as one line, exit status 2, no traceback (unless --debug)."""
 
 
 def env_name(flag: str) -> str:

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from analysis_fixtures import make_run
 
+from netgain.errors import NetgainError
 from netgain.loadgen.analysis import AnalysisError, build_report, capacity_at_slo, cost
 from netgain.loadgen.analysis import compare as cmp
 from netgain.loadgen.analysis.compare import traffic_differences
 from netgain.loadgen.analysis.summary import RunResult
-from netgain.server.cliargs import CliError
 
 GPU_FAST = {"kernel": 0.5, "h2d": 0.2, "d2h": 0.1, "pre": 2.0}
 
@@ -47,7 +47,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def test_different_trace_is_refused(runs: dict[str, Path]) -> None:
     with pytest.raises(AnalysisError, match="trace digest differs") as exc:
         build_report(runs["other"], baseline_dir=runs["cpu"], bootstrap=0)
-    assert isinstance(exc.value, CliError) and "--force" in str(exc.value) and "\n" not in str(exc.value)
+    assert isinstance(exc.value, NetgainError) and "--force" in str(exc.value) and "\n" not in str(exc.value)
 
 
 def test_force_compares_and_says_so(runs: dict[str, Path]) -> None:

@@ -424,8 +424,8 @@ def test_wait_ready_says_when_there_is_no_health_service() -> None:
 
     import grpc
 
+    from netgain.errors import NetgainError
     from netgain.loadgen.orchestrate import ServerProcess
-    from netgain.server.cliargs import CliError
 
     bare = grpc.server(futures.ThreadPoolExecutor(1))  # a gRPC server with no services at all
     port = bare.add_insecure_port("127.0.0.1:0")
@@ -435,7 +435,7 @@ def test_wait_ready_says_when_there_is_no_health_service() -> None:
         sp = ServerProcess([], ready_timeout_s=30.0)
         sp.proc, sp.grpc_port, sp.spawned_at = stand_in, port, time.time()
         t0 = time.monotonic()
-        with pytest.raises(CliError, match=r"no grpc\.health\.v1 service"):
+        with pytest.raises(NetgainError, match=r"no grpc\.health\.v1 service"):
             sp.wait_ready()
         assert time.monotonic() - t0 < 10.0  # said at once, not after the 30-s timeout
     finally:

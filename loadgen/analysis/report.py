@@ -79,7 +79,7 @@ def build_report(
 ) -> dict[str, Any]:
     """The full report for ``run_dir`` (the treatment when ``baseline_dir`` is given).
 
-    Prices and the SLO default to each run's meta.json config. Raises AnalysisError (a CliError)
+    Prices and the SLO default to each run's meta.json config. Raises AnalysisError (a NetgainError)
     for unreadable runs and for comparisons of different traffic unless ``force``.
     """
     if bootstrap < 0:

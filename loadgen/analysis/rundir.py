@@ -16,14 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from netgain.server.cliargs import CliError
+from netgain.errors import NetgainError
 
 PHASES = ("queue", "pre", "h2d", "kernel", "d2h", "post")
 REQUIRED = ("scheduled_ns", "sent_ns", "done_ns", "status", "warmup")
 NS_PER_MS = 1e6
 
 
-class AnalysisError(CliError):
+class AnalysisError(NetgainError):
     """A run directory (or a comparison) the report cannot use; the message says how to fix it."""
 
 

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from netgain.errors import NetgainError
 from netgain.loadgen.orchestrate import ServerProcess, run_load
-from netgain.server.cliargs import CliError
 
 
 @dataclass
@@ -104,7 +104,7 @@ def _load(cfg: CompareConfig, side: Side, target: str, out: str, *, warmup_s: fl
     ]
     rc = run_load(args, quiet=True)
     if rc not in (0, 3, 4):
-        raise CliError(f"netgain load failed (exit {rc}) for {out}")
+        raise NetgainError(f"netgain load failed (exit {rc}) for {out}")
     return rc
 
 
@@ -205,7 +205,7 @@ def run_side(cfg: CompareConfig, side: Side, progress: Progress) -> dict[str, An
                     str(cfg.slo_p99_ms),
                 ]
                 if run_load(args, quiet=True) not in (0, 3, 4):
-                    raise CliError(f"netgain load failed for {run_dir}")
+                    raise NetgainError(f"netgain load failed for {run_dir}")
             progress.step(
                 f"{side.name} {side.device} sweep batch {b} at {rate:g} req/s: p99 {_p99(run_dir):.2f} ms"
             )
@@ -226,7 +226,7 @@ def best_batch(cfg: CompareConfig, warm_runs: dict[int, str]) -> int:
     none does, the valid one with the lowest p99; invalid runs only when nothing else exists."""
     stats = {b: _summary(d) for b, d in warm_runs.items() if _done(d)}
     if not stats:
-        raise CliError("no warm run finished: nothing to compare")
+        raise NetgainError("no warm run finished: nothing to compare")
     valid = {b: p99 for b, (p99, ok) in stats.items() if ok} or {b: p99 for b, (p99, _) in stats.items()}
     meeting = [b for b, p99 in valid.items() if p99 <= cfg.slo_p99_ms]
     return max(meeting) if meeting else min(valid, key=lambda b: valid[b])

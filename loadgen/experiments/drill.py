@@ -20,9 +20,9 @@ from typing import Any
 
 import grpc
 
+from netgain.errors import NetgainError
 from netgain.loadgen.orchestrate import ServerProcess, free_port, run_load
 from netgain.protos import InferenceStub, pb
-from netgain.server.cliargs import CliError
 from netgain.server.handlers import create_handler
 
 
@@ -109,7 +109,7 @@ def scale_up(
                 r2.start()
                 result["spawn_unix_s"] = r2.spawned_at  # the instant wait_ready counts from
                 result["serving_s"] = r2.wait_ready()
-            except CliError as exc:  # reported after the load, which runs its course
+            except NetgainError as exc:  # reported after the load, which runs its course
                 result["error"] = str(exc)
 
         t = threading.Thread(target=start_replica2)
@@ -144,7 +144,7 @@ def scale_up(
         if r2proc is not None:
             r2proc.stop()
         if "error" in result:
-            raise CliError(f"scale-up: replica 2 did not come up: {result['error']}")
+            raise NetgainError(f"scale-up: replica 2 did not come up: {result['error']}")
     with open(os.path.join(run_dir, "meta.json")) as fh:
         epoch_s = json.load(fh)["epoch_unix_ns"] / 1e9
     t_ = pq.read_table(os.path.join(run_dir, "requests.parquet"), columns=["target", "status", "done_ns"])

@@ -22,6 +22,7 @@ import grpc
 from gevent import pywsgi
 from prometheus_client import CollectorRegistry, start_http_server
 
+from netgain.errors import NetgainError
 from netgain.loadgen.runner.live import ClientMetrics, LiveStats
 from netgain.loadgen.runner.probe import probe_target
 from netgain.loadgen.runner.protocol import (
@@ -39,7 +40,6 @@ from netgain.loadgen.runner.scrape import Samples
 from netgain.loadgen.runner.sink import RecordSink
 from netgain.loadgen.runner.wire import decode_records
 from netgain.loadgen.schedule import Schedule
-from netgain.server.cliargs import CliError
 
 EXIT_OK, EXIT_INVALID, EXIT_SLO = 0, 3, 4
 
@@ -167,7 +167,7 @@ class Master:
                         cfg.metrics_port, addr=cfg.master_bind_host, registry=self.registry
                     )
                 except OSError as exc:
-                    raise CliError(
+                    raise NetgainError(
                         _bind_error("--metrics-port", cfg.master_bind_host, cfg.metrics_port, exc)
                     ) from exc
                 self.metrics_port = int(httpd.server_port)
@@ -219,7 +219,7 @@ class Master:
         try:
             server.init_socket()
         except OSError as exc:
-            raise CliError(
+            raise NetgainError(
                 _bind_error("--web-ui", self.cfg.master_bind_host, self.cfg.web_port, exc)
             ) from exc
         web_ui.server = server
@@ -247,14 +247,16 @@ class Master:
 
         while len(greeted()) < self.workers_total:
             if time.monotonic() > deadline:
-                raise CliError(f"only {len(greeted())} of {self.workers_total} workers connected within 60 s")
+                raise NetgainError(
+                    f"only {len(greeted())} of {self.workers_total} workers connected within 60 s"
+                )
             for k, p in enumerate(self.procs):
                 if p.poll() is None:
                     continue
                 # Nothing was sent yet, so a worker that died starting (seen on overloaded hosts:
                 # a thread that could not be created) is simply started again, twice at most.
                 if respawns >= 2:
-                    raise CliError("a local worker exited during start-up; run with --debug to see why")
+                    raise NetgainError("a local worker exited during start-up; run with --debug to see why")
                 respawns += 1
                 self.log(f"a local worker exited during start-up (status {p.returncode}); starting another")
                 self.procs[k] = self._spawn_worker()
@@ -296,11 +298,11 @@ class Master:
         deadline = time.monotonic() + 300.0
         while len(self.ready) < self.workers_total:
             if time.monotonic() > deadline:
-                raise CliError("workers did not finish building payloads within 300 s")
+                raise NetgainError("workers did not finish building payloads within 300 s")
             gevent.sleep(0.05)
         errors = [r["error"] for r in self.ready.values() if "error" in r]
         if errors:
-            raise CliError(f"a worker could not prepare its requests: {errors[0]}")
+            raise NetgainError(f"a worker could not prepare its requests: {errors[0]}")
         self.epoch_ns = time.time_ns() + 500_000_000
         self.start_unix_s = self.epoch_ns / 1e9
         runner.send_message(GO, {"epoch_unix_ns": self.epoch_ns})

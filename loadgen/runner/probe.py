@@ -9,8 +9,8 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from netgain.errors import NetgainError
 from netgain.protos import InferenceStub, pb
-from netgain.server.cliargs import CliError
 
 
 def channel_for(target: str, tls_ca: str | None = None) -> grpc.Channel:
@@ -29,7 +29,7 @@ def probe_target(
     """ServerInfo of ``target`` once its health is SERVING (waiting up to ``wait_ready_s``;
     ``say`` is told once when the wait begins)."""
     if ":" not in target:
-        raise CliError(f"--target {target!r}: expected HOST:PORT")
+        raise NetgainError(f"--target {target!r}: expected HOST:PORT")
     deadline = time.monotonic() + wait_ready_s
     last = ""
     said = False
@@ -44,7 +44,7 @@ def probe_target(
             except grpc.RpcError as exc:
                 last = f"{exc.code().name}: {exc.details()}"
             if time.monotonic() >= deadline:
-                raise CliError(
+                raise NetgainError(
                     f"target {target} is not ready ({last}); is `netgain serve` running there? "
                     "(--wait-ready-s waits for it)"
                 )
