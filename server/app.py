@@ -170,54 +170,8 @@ class Server:
         return int(torch.get_num_threads())
 
     # -- lifecycle ---------------------------------------------------------------------
-    def _credentials(self) -> Any:
-        cfg = self.cfg
-        if not cfg.tls_cert:
-            return None
-        with open(cfg.tls_cert, "rb") as fh:
-            cert = fh.read()
-        with open(cfg.tls_key or "", "rb") as fh:
-            key = fh.read()
-        ca = None
-        if cfg.tls_client_ca:
-            with open(cfg.tls_client_ca, "rb") as fh:
-                ca = fh.read()
-        return grpc.ssl_server_credentials(
-            [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
-        )
-
     async def _start_grpc(self) -> grpc.aio.Server:
-        cfg = self.cfg
-        opts = [
-            ("grpc.max_receive_message_length", cfg.max_message_bytes),
-            ("grpc.max_send_message_length", cfg.max_message_bytes),
-            ("grpc.so_reuseport", 1),
-            # Calls gRPC has accepted but the event loop has not picked up yet. gRPC's defaults
-            # (1,000, hard 3,000) reset streams under a burst, which clients see as CANCELLED
-            # instead of the server's own queue shedding them with RESOURCE_EXHAUSTED.
-            ("grpc.server.max_pending_requests", max(10_000, 4 * cfg.max_queue_size)),
-            ("grpc.server.max_pending_requests_hard_limit", max(20_000, 8 * cfg.max_queue_size)),
-        ]
-        server = grpc.aio.server(options=opts)
-        add_inference_servicer(self.servicer, server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (
-                SERVICE_NAME,
-                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
-            ),
-            server,
-        )
-        addr = f"{cfg.host}:{cfg.port}"
-        creds = self._credentials()
-        port = server.add_secure_port(addr, creds) if creds else server.add_insecure_port(addr)
-        if port == 0:
-            raise OSError(f"cannot bind {addr}: address in use or not available")
-        self.grpc_port = port
-        for name in ("", SERVICE_NAME):
-            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        await server.start()
+        server, self.grpc_port = await start_grpc(self.cfg, self.servicer, self.health)
         return server
 
     def _start_metrics(self) -> None:
@@ -327,5 +281,65 @@ class Server:
 
 def run_server(cfg: ServeConfig, cold: ColdStart) -> int:
     sys.setswitchinterval(cfg.switch_interval_ms / 1e3)
+    workers = cfg.resolved_workers(len(os.sched_getaffinity(0)))
+    if workers > 0:
+        from netgain.server.multiproc.supervisor import run_multiprocess
+
+        return run_multiprocess(cfg, cold, workers)
+    if cfg.port:
+        from netgain.server.ports import claim_port
+
+        claim_port(cfg.host, cfg.port)
     server = Server(cfg, cold)
     return asyncio.run(server.serve())
+
+
+def credentials(cfg: ServeConfig) -> Any:
+    if not cfg.tls_cert:
+        return None
+    with open(cfg.tls_cert, "rb") as fh:
+        cert = fh.read()
+    with open(cfg.tls_key or "", "rb") as fh:
+        key = fh.read()
+    ca = None
+    if cfg.tls_client_ca:
+        with open(cfg.tls_client_ca, "rb") as fh:
+            ca = fh.read()
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
+
+
+async def start_grpc(cfg: ServeConfig, servicer: Any, health_servicer: Any) -> tuple[grpc.aio.Server, int]:
+    """The gRPC server (inference, health NOT_SERVING, reflection) listening on cfg's address."""
+    opts = [
+        ("grpc.max_receive_message_length", cfg.max_message_bytes),
+        ("grpc.max_send_message_length", cfg.max_message_bytes),
+        # Only processes of one `netgain serve` share a port: ports.claim_port refused it first otherwise.
+        ("grpc.so_reuseport", 1),
+        # Calls gRPC has accepted but the event loop has not picked up yet. gRPC's defaults
+        # (1,000, hard 3,000) reset streams under a burst, which clients see as CANCELLED
+        # instead of the server's own queue shedding them with RESOURCE_EXHAUSTED.
+        ("grpc.server.max_pending_requests", max(10_000, 4 * cfg.max_queue_size)),
+        ("grpc.server.max_pending_requests_hard_limit", max(20_000, 8 * cfg.max_queue_size)),
+    ]
+    server = grpc.aio.server(options=opts)
+    add_inference_servicer(servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        (
+            SERVICE_NAME,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
+        server,
+    )
+    addr = f"{cfg.host}:{cfg.port}"
+    creds = credentials(cfg)
+    port = server.add_secure_port(addr, creds) if creds else server.add_insecure_port(addr)
+    if port == 0:
+        raise OSError(f"cannot bind {addr}: address in use or not available")
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+    await server.start()
+    return server, port

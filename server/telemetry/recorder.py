@@ -15,44 +15,60 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
+from netgain.contract.phases import PHASES
 from netgain.server.batching.queue import Pending
 from netgain.server.telemetry.histograms import PER_REQUEST, SERIES, SHARED
 from netgain.server.telemetry.metrics import ServerMetrics
 from netgain.server.threadnames import name_os_thread
-from netgain.server.timing import PHASES
 
 log = logging.getLogger("netgain.server")
 
 
 class SpanLog:
-    """JSON lines, one per request; rotates to ``PATH.1`` past ``max_bytes`` (0 = never)."""
+    """JSON lines, one per request; rotates to ``PATH.1`` past ``max_bytes`` (0 = never).
+
+    Each drain is one ``write`` on an O_APPEND descriptor, so the frontend processes of one
+    server append whole lines to one file without interleaving; a process that finds the path
+    rotated by another reopens it.
+    """
 
     def __init__(self, path: str, max_bytes: int = 0) -> None:
         self.path = path
         self.max_bytes = max_bytes
-        self._fh: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        self._size = self._fh.tell()
+        self._fd = self._open()
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, lines: list[str]) -> None:
-        data = "".join(lines)
-        if self.max_bytes and self._size + len(data) > self.max_bytes and self._size > 0:
-            self._fh.close()
+        data = "".join(lines).encode("utf-8")
+        try:
+            if os.stat(self.path).st_ino != os.fstat(self._fd).st_ino:
+                os.close(self._fd)
+                self._fd = self._open()
+        except FileNotFoundError:
+            os.close(self._fd)
+            self._fd = self._open()
+        size = os.fstat(self._fd).st_size
+        if self.max_bytes and size + len(data) > self.max_bytes and size > 0:
+            os.close(self._fd)
             os.replace(self.path, self.path + ".1")
-            self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-            self._size = 0
-        self._fh.write(data)
-        self._size += len(data)
+            self._fd = self._open()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
 
     def flush(self) -> None:
-        self._fh.flush()
+        """Nothing is buffered: every write reaches the file."""
 
     def close(self) -> None:
-        self._fh.flush()
-        self._fh.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def span_record(p: Pending, total_ns: int, arrival_unix_ns: int) -> dict[str, Any]:
@@ -77,8 +93,11 @@ class Recorder:
         span_log: SpanLog | None,
         interval_s: float = 0.05,
         wall_offset_ns: int | None = None,
+        per_request_phases: bool = False,
     ) -> None:
         self.metrics = metrics
+        # A frontend process sees no batch: it observes every phase of each request itself.
+        self.per_request_phases = per_request_phases
         self.span_log = span_log
         self.interval_s = interval_s
         # perf_counter_ns → unix ns, fixed once so span-log arrival times are comparable across requests.
@@ -108,6 +127,8 @@ class Recorder:
                 self._ids.append(p.request_id)  # before the row: the drain takes as many as rows
                 spans = p.spans  # the batch-wide phases come once per batch, in batch_done
                 self._rows.append((total_ns, spans["queue"], spans["post"]))
+                if self.per_request_phases:
+                    self._batches.append((-1, 0, tuple(spans.get(SERIES[s], 0) for s in SHARED), 1))
             else:
                 self._failed.append(p.code)
         if self.span_log is not None:
@@ -149,12 +170,12 @@ class Recorder:
         while self._batches:
             size, kernel_ns, shared, ok = self._batches.popleft()
             self.kernel_ns_total += kernel_ns
-            if m is not None:
+            if m is not None and size >= 0:
                 m.batch_child.observe(size)
                 m.batches_child.inc()
                 m.kernel_child.inc(kernel_ns / 1e9)
-                if ok:
-                    m.durations.add_repeated(SHARED, [v / 1e9 for v in shared], ok)
+            if m is not None and ok:
+                m.durations.add_repeated(SHARED, [v / 1e9 for v in shared], ok)
         if m is not None:
             # Appenders only add at the other end; ids are appended before rows, so there are
             # at least as many ids as rows taken.

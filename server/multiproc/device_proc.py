@@ -1,0 +1,240 @@
+"""The device process: one per server, batching items that every frontend handed over.
+
+It reads request records from each frontend's pipe, batches across frontends with the same
+queue and pipeline as the one-process server (its ``pre`` stage gathers the items from
+their slots and collates them), runs the forward pass and writes each item's output row
+back into its slot, then a reply record to the frontend that owns it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from netgain.server.batching.pipeline import Batch, Pipeline, PipelineConfig
+from netgain.server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
+from netgain.server.config import ServeConfig
+from netgain.server.handlers import create_handler
+from netgain.server.handlers.base import Handler
+from netgain.server.multiproc.slots import REQUEST, Ring, SlotRef, SlotTooSmall, encode_reply, read_exact
+from netgain.server.threadnames import name_os_thread
+
+log = logging.getLogger("netgain.server")
+
+
+@dataclass(eq=False)
+class Handed(Pending):
+    """A request as the device process sees it: its items are slots of one frontend's ring."""
+
+    frontend: int = 0
+    seq: int = 0
+
+
+class SlotHandler(Handler):
+    """The user's handler, with items read from slots and output rows returned as they are."""
+
+    def __init__(self, inner: Handler, rings: list[Ring]) -> None:
+        super().__init__(inner.options, inner.seed)
+        self.inner = inner
+        self.rings = rings
+        self.name = inner.name
+        self.uses_device = inner.uses_device
+        self.fixed_shapes = inner.fixed_shapes
+
+    def preprocess(self, item: Any) -> Any:
+        return self.rings[item.frontend].get(item.slot)
+
+    def collate(self, items: list[Any]) -> Any:
+        return self.inner.collate(items)
+
+    def forward(self, model: Any, batch: Any) -> Any:
+        return self.inner.forward(model, batch)
+
+    def postprocess(self, row: Any) -> Any:
+        return row
+
+
+@dataclass
+class DevicePipes:
+    requests: list[int]  # read ends, one per frontend
+    replies: list[int]  # write ends, one per frontend
+
+
+class DeviceProcess:
+    def __init__(self, cfg: ServeConfig, device: str, rings: list[Ring], pipes: DevicePipes) -> None:
+        self.cfg = cfg
+        self.device = device
+        self.rings = rings
+        self.pipes = pipes
+        self.marks: dict[str, float] = {}
+
+    def load(self) -> None:
+        """Build, place and warm the model (the device part of the cold start)."""
+        import torch
+
+        from netgain.server.app import warm_up
+        from netgain.server.device import DeviceRunner
+
+        cfg = self.cfg
+        torch.set_num_threads(max(1, cfg.intra_op_threads or len(os.sched_getaffinity(0))))
+        self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
+        self.runners = [
+            DeviceRunner(self.handler, self.device, cfg.dtype, cfg.nvtx, cfg.cuda_graphs)
+            for _ in range(cfg.instances)
+        ]
+        for runner in self.runners:
+            runner.place(self.handler.build_model())
+            self.marks.setdefault("model_built", time.time())
+            self.marks["on_device"] = time.time()
+        for runner in self.runners:
+            warm_up(self.handler, runner, cfg)
+        self.marks["warmup"] = time.time()
+
+    def start(self, metrics_port: bool) -> dict[str, Any]:
+        import torch
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        from netgain.server.app import versions
+        from netgain.server.telemetry.metrics import ServerMetrics
+        from netgain.server.telemetry.recorder import Recorder
+        from netgain.server.telemetry.samplers import Sampler
+
+        cfg = self.cfg
+        self.registry = CollectorRegistry()
+        self.metrics = ServerMetrics(self.registry, self.handler.name, self.device)
+        slots = sum(r.slots for r in self.rings)
+        self.requests = RequestQueue(max(cfg.max_queue_size, slots))
+        self.recorder = Recorder(self.metrics if cfg.instrumentation else None, None, cfg.recorder_interval_s)
+        self.pipeline = Pipeline(
+            SlotHandler(self.handler, self.rings),
+            self.runners,
+            self.requests,
+            PipelineConfig(cfg.max_batch_size, cfg.max_queue_delay_ms, cfg.pre_threads, trailers=False),
+            self.deliver,
+            self._on_batch,
+        )
+        gpu_index = None
+        if self.device.startswith("cuda"):
+            gpu_index = int(self.device.split(":")[1]) if ":" in self.device else 0
+        self.sampler = Sampler(
+            self.metrics,
+            cfg.instances,
+            lambda: self.recorder.kernel_ns_total,
+            gpu_index,
+            cfg.sample_interval_s,
+        )
+        m = self.metrics
+        m.queue_depth.labels(**m.labels).set_function(lambda: len(self.requests))
+        port = -1
+        if metrics_port:
+            httpd, _ = start_http_server(0, addr="127.0.0.1", registry=self.registry)
+            self._httpd = httpd
+            port = int(httpd.server_port)
+        self.pipeline.start()
+        self.recorder.start()
+        self.sampler.start()
+        self._readers = [
+            threading.Thread(target=self._read, args=(i, fd), name=f"netgain-handoff-{i}", daemon=True)
+            for i, fd in enumerate(self.pipes.requests)
+        ]
+        for t in self._readers:
+            t.start()
+        return {
+            "marks": self.marks,
+            "metrics_port": port,
+            "intra_op_threads": int(torch.get_num_threads()),
+            "device": self.device,
+            "pid": os.getpid(),
+            "versions": versions(),
+        }
+
+    def _on_batch(self, batch: Batch, result: Any) -> None:
+        size = batch.rows[-1][2] if batch.rows else 0
+        # Phase histograms are the frontends' (they see each request whole): batch metrics only here.
+        self.recorder.batch_done(size, result.kernel_ns if result is not None else 0, ())
+
+    def _read(self, frontend: int, fd: int) -> None:
+        name_os_thread()
+        while True:
+            head = read_exact(fd, REQUEST.size)
+            if head is None:
+                return  # the frontend exited; replies to it are dropped in deliver
+            seq, deadline_ns, handed_ns, n = REQUEST.unpack(head)
+            body = read_exact(fd, 4 * n)
+            if body is None:
+                return
+            slots = struct.unpack(f"<{n}I", body)
+            p = Handed(
+                f"f{frontend}-{seq}",
+                [SlotRef(frontend, s) for s in slots],
+                handed_ns,
+                deadline_ns or None,
+                frontend=frontend,
+                seq=seq,
+            )
+            try:
+                self.requests.put(p)
+            except QueueFull as exc:
+                p.fail("RESOURCE_EXHAUSTED", f"{exc}; request shed, retry later")
+                self.deliver([p])
+            except QueueClosed as exc:
+                p.fail("UNAVAILABLE", str(exc))
+                self.deliver([p])
+
+    def deliver(self, reqs: list[Pending]) -> None:
+        """From pipeline threads: output rows into their slots, then one reply record each."""
+        for p in reqs:
+            assert isinstance(p, Handed)
+            code, message = p.code, p.message
+            if code == "OK":
+                try:
+                    for ref, row in zip(p.inputs, p.outputs, strict=True):
+                        self.rings[ref.frontend].put(ref.slot, row)
+                except (SlotTooSmall, ValueError) as exc:
+                    code, message = "INTERNAL", f"output row: {exc}"
+            s = p.spans
+            spans = (s.get("pre", 0), s.get("h2d", 0), s.get("kernel", 0), s.get("d2h", 0))
+            data = encode_reply(p.seq, code, max(0, p.batch_id), p.batch_size, spans, message)
+            try:
+                os.write(self.pipes.replies[p.frontend], data)
+            except OSError:
+                pass  # that frontend is gone: nobody waits for this reply
+
+    def stop(self) -> None:
+        self.requests.close()
+        self.pipeline.stop()
+        self.sampler.stop()
+        self.recorder.stop()
+        httpd = getattr(self, "_httpd", None)
+        if httpd is not None:
+            httpd.shutdown()
+
+
+def device_main(cfg: ServeConfig, device: str, rings: list[Ring], pipes: DevicePipes, ctl: Any) -> None:
+    """Entry point in the forked device process; the supervisor stops it over ``ctl``."""
+    # Ctrl-C reaches the whole process group: the frontends drain first, then the supervisor stops this.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    name_os_thread("netgain-device")
+    proc = DeviceProcess(cfg, device, rings, pipes)
+    try:
+        proc.load()
+        ctl.send(("ready", proc.start(cfg.metrics_port >= 0)))
+    except Exception as exc:
+        log.exception("device process failed to start")
+        ctl.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    try:
+        ctl.recv()  # "stop", or EOF when the supervisor died
+    except (EOFError, OSError):
+        pass
+    proc.stop()
+    with contextlib.suppress(OSError):
+        ctl.send(("stopped", None))

@@ -1,0 +1,316 @@
+"""A frontend process: gRPC on the shared port, pre- and post-processing of its own requests.
+
+The servicer is the one-process server's; what it takes for its request queue here is a
+``Handoff``: ``put`` reserves one slot per item and pre-processes on this process's own
+threads straight into the slots, then hands a record to the device process; the device's
+reply wakes the event loop, which post-processes and answers. Waiting for a pre-processing
+thread, the hand-off itself and the reply's return are all part of ``queue``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from netgain.server.batching.queue import Pending, QueueClosed, QueueFull
+from netgain.server.config import ServeConfig
+from netgain.server.handlers.base import Handler, InvalidInput
+from netgain.server.multiproc.slots import CODES, REPLY, Ring, SlotTooSmall, encode_request
+from netgain.server.threadnames import name_os_thread
+
+log = logging.getLogger("netgain.server")
+
+
+class Handoff:
+    """The frontend's side of the hand-off; every method but ``_pre`` runs on the event loop."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        ring: Ring,
+        pool: ThreadPoolExecutor,
+        request_fd: int,
+        reply_fd: int,
+        clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        self.handler = handler
+        self.ring = ring
+        self.pool = pool
+        self.request_fd = request_fd
+        self.reply_fd = reply_fd
+        self.clock = clock
+        self.free: deque[int] = deque(range(ring.slots))
+        self.pending: dict[int, tuple[Pending, list[int]]] = {}
+        self._seq = itertools.count(1)
+        self._buf = b""
+        self.closed = False
+        self.device_gone = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        os.set_blocking(self.reply_fd, False)
+        loop.add_reader(self.reply_fd, self._on_replies)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def put(self, p: Pending) -> None:
+        if self.closed:
+            raise QueueClosed("server is shutting down; send to another replica")
+        if self.device_gone:
+            raise QueueClosed("the device process exited; this server cannot answer")
+        n = len(p.inputs)
+        if n > len(self.free):
+            raise QueueFull(
+                f"this frontend's {self.ring.slots} hand-off slots are in use ({len(self.pending)} requests)"
+            )
+        slots = [self.free.popleft() for _ in range(n)]
+        seq = next(self._seq)
+        self.pending[seq] = (p, slots)
+        self.pool.submit(self._pre, seq, p, slots)
+
+    def _pre(self, seq: int, p: Pending, slots: list[int]) -> None:
+        """On a pre-processing thread: decode into the slots, then hand the record over."""
+        t0 = self.clock()
+        try:
+            for x, slot in zip(p.inputs, slots, strict=True):
+                self.ring.put(slot, self.handler.preprocess(x))
+        except InvalidInput as exc:
+            p.fail("INVALID_ARGUMENT", str(exc))
+        except SlotTooSmall as exc:
+            p.fail("RESOURCE_EXHAUSTED", f"pre-processed item: {exc}")
+        except Exception as exc:
+            log.exception("preprocess failed for request %s", p.request_id)
+            p.fail("INTERNAL", f"preprocess error: {type(exc).__name__}: {exc}")
+        t1 = self.clock()
+        p.spans["pre"] = t1 - t0
+        if p.code != "OK":
+            self._call(self._finish, seq)
+            return
+        deadline = p.deadline_ns or 0
+        try:
+            os.write(self.request_fd, encode_request(seq, deadline, t1, slots))
+        except OSError:
+            p.fail("UNAVAILABLE", "the device process exited; this server cannot answer")
+            self._call(self._finish, seq)
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(fn, *args)
+
+    def _on_replies(self) -> None:
+        try:
+            data = os.read(self.reply_fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not data:
+            self._device_exited()
+            return
+        buf = self._buf + data
+        at = 0
+        while len(buf) - at >= REPLY.size:
+            seq, code, batch_id, batch_size, pre, h2d, kernel, d2h, mlen = REPLY.unpack_from(buf, at)
+            if len(buf) - at < REPLY.size + mlen:
+                break
+            message = buf[at + REPLY.size : at + REPLY.size + mlen].decode("utf-8", "replace")
+            at += REPLY.size + mlen
+            self._reply(seq, CODES[code], message, batch_id, batch_size, (pre, h2d, kernel, d2h))
+        self._buf = buf[at:]
+
+    def _reply(
+        self, seq: int, code: str, message: str, batch_id: int, size: int, spans: tuple[int, int, int, int]
+    ) -> None:
+        entry = self.pending.get(seq)
+        if entry is None:
+            return
+        p, slots = entry
+        s = p.spans
+        s["pre"] = s.get("pre", 0) + spans[0]
+        s["h2d"], s["kernel"], s["d2h"] = spans[1:]
+        p.batch_id, p.batch_size = batch_id, size
+        if code != "OK":
+            p.fail(code, message)
+        else:
+            try:
+                p.outputs = [self.handler.postprocess(self.ring.get(slot)) for slot in slots]
+            except Exception as exc:
+                log.exception("postprocess failed for request %s", p.request_id)
+                p.fail("INTERNAL", f"postprocess error: {type(exc).__name__}: {exc}")
+        self._finish(seq)
+
+    def _finish(self, seq: int) -> None:
+        p, slots = self.pending.pop(seq)
+        self.free.extend(slots)
+        now = self.clock()
+        s = p.spans
+        for phase in ("pre", "h2d", "kernel", "d2h"):
+            s.setdefault(phase, 0)
+        # Everything between arrival and now that no stage measured was waiting: queue.
+        s["queue"] = max(0, now - p.arrival_ns - s["pre"] - s["h2d"] - s["kernel"] - s["d2h"])
+        p.post_start_ns = now
+        fut = p.future
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def _device_exited(self) -> None:
+        assert self._loop is not None
+        self._loop.remove_reader(self.reply_fd)
+        self.device_gone = True
+        for seq in list(self.pending):
+            p, _ = self.pending[seq]
+            if p.code == "OK":
+                p.fail("UNAVAILABLE", "the device process exited; this server cannot answer")
+            self._finish(seq)
+
+
+class Frontend:
+    def __init__(self, cfg: ServeConfig, index: int, device: str, ring: Ring, fds: tuple[int, int]) -> None:
+        import torch
+
+        from netgain.server.handlers import create_handler
+
+        torch.set_num_threads(1)  # one thread per pre-processing thread: torch's default oversubscribes
+        self.cfg = cfg
+        self.index = index
+        self.device = device
+        self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
+        self.pool = ThreadPoolExecutor(
+            cfg.pre_threads, thread_name_prefix="netgain-prepost", initializer=name_os_thread
+        )
+        self.handoff = Handoff(self.handler, ring, self.pool, fds[0], fds[1])
+        self.info_message: Any = None
+
+    def warm(self) -> None:
+        import random
+
+        rng = random.Random(self.cfg.seed)
+        for _ in range(max(1, self.cfg.warmup_batches)):
+            self.handler.preprocess(self.handler.example_input(rng))
+
+    def info(self) -> Any:
+        from netgain.protos import inference_pb2 as pb
+
+        out = pb.ServerInfoResponse()
+        if self.info_message is not None:
+            out.CopyFrom(self.info_message)
+        out.ready = self.servicer.ready
+        return out
+
+    def _no_profile(self, batches: int, ranges_only: bool = False) -> Any:
+        raise ValueError("profile captures need the one-process server: serve with --workers 0")
+
+    async def serve(self, ctl: Any) -> int:
+        from grpc_health.v1 import health, health_pb2
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        from netgain.protos import inference_pb2 as pb
+        from netgain.protos.service import SERVICE_NAME
+        from netgain.server.app import start_grpc
+        from netgain.server.service import InferenceServicer, Limits
+        from netgain.server.telemetry.metrics import ServerMetrics
+        from netgain.server.telemetry.recorder import Recorder, SpanLog
+        from netgain.server.telemetry.samplers import Sampler
+
+        cfg = self.cfg
+        loop = asyncio.get_running_loop()
+        self.handoff.attach(loop)
+        registry = CollectorRegistry()
+        metrics = ServerMetrics(registry, self.handler.name, self.device)
+        span_log = SpanLog(cfg.span_log, cfg.span_log_max_bytes) if cfg.span_log else None
+        recorder = Recorder(
+            metrics if cfg.instrumentation else None,
+            span_log,
+            cfg.recorder_interval_s,
+            per_request_phases=True,
+        )
+        max_items = min(cfg.max_items_per_request, self.handoff.ring.slots)
+        self.servicer = InferenceServicer(
+            self.handler.name,
+            self.handoff,  # type: ignore[arg-type]
+            recorder if cfg.instrumentation or span_log else None,
+            Limits(max_items, cfg.max_message_bytes),
+            self.info,
+            self._no_profile,
+            instrumented=cfg.instrumentation,
+        )
+        sampler = Sampler(metrics, 1, lambda: 0, None, cfg.sample_interval_s)
+        health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        server, _ = await start_grpc(cfg, self.servicer, health_servicer)
+        metrics_port = -1
+        if cfg.metrics_port >= 0:
+            httpd, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
+            metrics_port = int(httpd.server_port)
+        metrics.in_flight.labels(**metrics.labels).set_function(lambda: self.servicer.in_flight)
+        metrics.queue_depth.labels(**metrics.labels).set_function(lambda: 0)
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await asyncio.to_thread(self.warm)
+        ctl.send(("listening", {"metrics_port": metrics_port, "pid": os.getpid()}))
+        go = asyncio.ensure_future(asyncio.to_thread(_recv, ctl))
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({go, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if go.done() and go.result() is not None:
+            self.info_message = pb.ServerInfoResponse.FromString(go.result())
+            recorder.start()
+            sampler.start()
+            self.servicer.ready = True
+            for name in ("", SERVICE_NAME):
+                await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await stopped
+        # Drain: refuse new requests at once, finish those in flight, then leave.
+        self.servicer.stopping = True
+        self.handoff.close()
+        for name in ("", SERVICE_NAME):
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        started = time.monotonic()
+        stopping = asyncio.ensure_future(server.stop(cfg.grace_s))
+        while self.servicer.in_flight and time.monotonic() - started < cfg.grace_s:
+            await asyncio.sleep(0.01)
+        await stopping
+        sampler.stop()
+        recorder.stop()
+        self.pool.shutdown(wait=True)
+        return 0
+
+
+def _recv(ctl: Any) -> Any:
+    try:
+        kind, payload = ctl.recv()
+    except (EOFError, OSError):
+        return None
+    return payload if kind == "go" else None
+
+
+def frontend_main(
+    cfg: ServeConfig, index: int, device: str, ring: Ring, fds: tuple[int, int], ctl: Any
+) -> None:
+    """Entry point in a forked frontend process."""
+    import sys
+
+    import grpc  # noqa: F401 - before the event loop: grpc.aio needs its module state
+
+    name_os_thread(f"netgain-front-{index}")
+    sys.setswitchinterval(cfg.switch_interval_ms / 1e3)
+    try:
+        front = Frontend(cfg, index, device, ring, fds)
+        code = asyncio.run(front.serve(ctl))
+    except Exception as exc:
+        log.exception("frontend %d failed", index)
+        with contextlib.suppress(OSError):
+            ctl.send(("error", f"frontend {index}: {type(exc).__name__}: {exc}"))
+        code = 1
+    os._exit(code)

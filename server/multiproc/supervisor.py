@@ -1,0 +1,299 @@
+"""``netgain serve --workers N``: a supervisor, N frontend processes and one device process.
+
+The supervisor claims the port, sizes and maps the hand-off slots, and forks the device
+process and the frontends before it starts any thread (so the forks are safe, and it never
+touches CUDA itself). It serves the one /metrics endpoint, turns health SERVING in every
+frontend once all are warm, reports a frontend that exits, and on SIGTERM drains the
+frontends before it stops the device process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import multiprocessing as mp
+import os
+import pickle
+import random
+import signal
+import socket
+import sys
+import time
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from netgain.server.coldstart import ColdStart
+from netgain.server.config import ServeConfig
+from netgain.server.multiproc.slots import ITEM_HEADER, Ring
+
+MIN_SLOT_BYTES = 64 * 1024
+
+
+def say(line: str, err: bool = False) -> None:
+    print(f"netgain serve: {line}", file=sys.stderr if err else sys.stdout, flush=True)
+
+
+def item_bytes(value: Any) -> int:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return int(value.numel() * value.element_size())
+    return len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def slot_bytes_for(handler: Any, seed: int) -> int:
+    """Room for the largest of a few pre-processed example items, with a quarter to spare."""
+    rng = random.Random(seed)
+    largest = max(item_bytes(handler.preprocess(handler.example_input(rng))) for _ in range(4))
+    need = ITEM_HEADER + max(MIN_SLOT_BYTES, largest + largest // 4)
+    return -(-need // 4096) * 4096
+
+
+def default_slots(cfg: ServeConfig, workers: int) -> int:
+    return max(8, 2 * cfg.max_batch_size, math.ceil(cfg.max_queue_size / workers))
+
+
+class Supervisor:
+    def __init__(self, cfg: ServeConfig, cold: ColdStart, workers: int) -> None:
+        import torch
+
+        from netgain.server.device import resolve_device
+        from netgain.server.handlers import create_handler
+        from netgain.server.ports import claim_port
+
+        # NVML answers "is there a GPU" without initialising CUDA, which a fork must not inherit.
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+        torch.set_num_threads(1)  # sizing below must not start an OpenMP pool before the forks
+        self.device = resolve_device(cfg.device)
+        self.cfg = dataclasses.replace(cfg, port=claim_port(cfg.host, cfg.port))
+        self.cold = cold
+        self.workers = workers
+        self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
+        self.slot_bytes = slot_bytes_for(self.handler, cfg.seed)
+        self.slots = cfg.slots_per_worker or default_slots(cfg, workers)
+        self.metrics_port = -1
+        self.child_ports: dict[str, int] = {}
+        self.exits: list[str] = []
+
+    # -- start -------------------------------------------------------------------------
+    def _fork_all(self) -> None:
+        from netgain.server.multiproc.device_proc import DevicePipes, device_main
+        from netgain.server.multiproc.frontend import frontend_main
+
+        ctx = mp.get_context("fork")
+        n = self.workers
+        self.rings = [Ring(self.slots, self.slot_bytes) for _ in range(n)]
+        requests = [os.pipe() for _ in range(n)]
+        replies = [os.pipe() for _ in range(n)]
+        every_fd = [fd for pair in requests + replies for fd in pair]
+        dev_keep = [r for r, _ in requests] + [w for _, w in replies]
+        self.device_ctl, child = ctx.Pipe()
+        pipes = DevicePipes([r for r, _ in requests], [w for _, w in replies])
+        self.device_proc = ctx.Process(
+            target=_child,
+            args=(every_fd, dev_keep, device_main, (self.cfg, self.device, self.rings, pipes, child)),
+            name="netgain-device",
+        )
+        self.device_proc.start()
+        self.fronts: list[Any] = []
+        self.front_ctl: list[Connection] = []
+        for i in range(n):
+            parent, child = ctx.Pipe()
+            keep = [requests[i][1], replies[i][0]]
+            args = (self.cfg, i, self.device, self.rings[i], (requests[i][1], replies[i][0]), child)
+            proc = ctx.Process(
+                target=_child, args=(every_fd, keep, frontend_main, args), name=f"netgain-frontend-{i}"
+            )
+            proc.start()
+            self.fronts.append(proc)
+            self.front_ctl.append(parent)
+        for fd in every_fd:  # each end now lives in the one child that uses it: EOF means it exited
+            os.close(fd)
+
+    def _wait_message(self, conn: Connection, proc: Any, what: str, timeout_s: float = 600.0) -> Any:
+        ready = wait([conn, proc.sentinel], timeout_s)
+        if conn in ready:
+            try:
+                kind, payload = conn.recv()
+            except EOFError:
+                kind, payload = "error", f"exited with status {proc.exitcode}"
+            if kind == "error":
+                raise ValueError(f"{what} failed to start: {payload}")
+            return payload
+        if proc.sentinel in ready:
+            proc.join(1.0)
+            raise ValueError(f"{what} exited during start-up with status {proc.exitcode}")
+        raise ValueError(f"{what} did not start within {timeout_s:.0f} s")
+
+    def _start_metrics(self) -> None:
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        from netgain.server.multiproc.metrics_merge import MergedCollector
+        from netgain.server.telemetry.metrics import ServerMetrics
+
+        self.local = CollectorRegistry()
+        self.metrics = ServerMetrics(self.local, self.handler.name, self.device)
+        if self.cfg.metrics_port < 0:
+            return
+        merged = CollectorRegistry()
+        merged.register(MergedCollector(self.local, lambda: list(self.child_ports.values())))
+        httpd, _ = start_http_server(self.cfg.metrics_port, addr=self.cfg.host, registry=merged)
+        self._httpd = httpd
+        self.metrics_port = int(httpd.server_port)
+
+    def _write_ports(self) -> None:
+        cfg = self.cfg
+        line = f"grpc {cfg.host}:{cfg.port}"
+        if self.metrics_port >= 0:
+            line += f", metrics http://{cfg.host}:{self.metrics_port}/metrics"
+        say(line)
+        if cfg.ports_file:
+            tmp = cfg.ports_file + ".tmp"
+            with open(tmp, "w") as fh:
+                json.dump({"grpc": cfg.port, "metrics": self.metrics_port, "pid": os.getpid()}, fh)
+            os.replace(tmp, cfg.ports_file)
+
+    def _info(self, device: dict[str, Any]) -> bytes:
+        from netgain.protos import inference_pb2 as pb
+
+        cfg = self.cfg
+        return pb.ServerInfoResponse(
+            model=self.handler.name,
+            device=self.device,
+            dtype=cfg.dtype,
+            versions=device["versions"],
+            batching=pb.BatchingConfig(
+                max_batch_size=cfg.max_batch_size,
+                max_queue_delay_ms=cfg.max_queue_delay_ms,
+                max_queue_size=cfg.max_queue_size,
+                instances=cfg.instances,
+                pre_threads=cfg.pre_threads,
+            ),
+            cold_start=[pb.ColdStartPhase(name=n, at_s=a, duration_s=d) for n, a, d in self.cold.timeline()],
+            pid=os.getpid(),
+            start_unix_s=self.cold.created_unix_s,
+            ready=True,
+            intra_op_threads=device["intra_op_threads"],
+            host=socket.gethostname(),
+            handler_options=cfg.handler_options,
+            handler=cfg.model,
+            metrics_port=self.metrics_port,
+        ).SerializeToString()
+
+    def _publish_static(self) -> None:
+        m, cfg = self.metrics, self.cfg
+        for name, _, duration in self.cold.timeline():
+            m.cold_start.labels(**m.labels, phase=name).set(duration)
+        m.ready.labels(**m.labels).set(1)
+        m.info.labels(
+            **m.labels,
+            dtype=cfg.dtype,
+            torch=self.versions.get("torch", ""),
+            max_batch_size=str(cfg.max_batch_size),
+            instances=str(cfg.instances),
+        ).set(1)
+
+    # -- run ---------------------------------------------------------------------------
+    def run(self) -> int:
+        stop = {"signal": 0}
+
+        def on_signal(signum: int, frame: Any) -> None:
+            stop["signal"] = signum
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self._fork_all()
+        self._start_metrics()
+        say(
+            f"{self.workers} frontend processes and 1 device process ({self.slots} hand-off slots "
+            f"of {self.slot_bytes // 1024} KiB per frontend)"
+        )
+        try:
+            for i, conn in enumerate(self.front_ctl):
+                listening = self._wait_message(conn, self.fronts[i], f"frontend {i}")
+                self.child_ports[f"front-{i}"] = listening["metrics_port"]
+            self._write_ports()
+            device = self._wait_message(self.device_ctl, self.device_proc, "device process")
+        except ValueError:
+            self._terminate_all()
+            raise
+        self.child_ports["device"] = device["metrics_port"]
+        self.versions = device["versions"]
+        for phase in ("model_built", "on_device", "warmup"):
+            if phase in device["marks"]:
+                self.cold.mark(phase, device["marks"][phase])
+        self.cold.mark("ready")
+        self._publish_static()
+        info = self._info(device)
+        for conn in self.front_ctl:
+            conn.send(("go", info))
+        total = self.cold.timeline()[-1][1]
+        say(f"ready ({self.handler.name} on {self.device}, cold start {total:.2f} s)")
+        return self._supervise(stop)
+
+    def _supervise(self, stop: dict[str, int]) -> int:
+        alive = {proc.sentinel: i for i, proc in enumerate(self.fronts)}
+        status = 0
+        while not stop["signal"]:
+            ready = wait([*alive, self.device_proc.sentinel], 0.2)
+            if self.device_proc.sentinel in ready:
+                say(f"the device process exited with status {self.device_proc.exitcode}; stopping", err=True)
+                status = 1
+                break
+            for sentinel in ready:
+                i = alive.pop(sentinel)
+                self.fronts[i].join(1.0)
+                self.child_ports.pop(f"front-{i}", None)
+                msg = f"frontend {i} (pid {self.fronts[i].pid}) exited with status {self.fronts[i].exitcode}"
+                self.exits.append(msg)
+                say(f"{msg}; {len(alive)} of {self.workers} frontends still serving", err=True)
+            if not alive:
+                say("no frontend left; stopping", err=True)
+                status = 1
+                break
+        self._drain()
+        return status
+
+    def _drain(self) -> None:
+        say("draining")
+        for proc in self.fronts:
+            if proc.is_alive():
+                os.kill(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.cfg.grace_s + 10.0
+        for proc in self.fronts:
+            proc.join(max(0.1, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+        if self.device_proc.is_alive():
+            try:
+                self.device_ctl.send(("stop", None))
+                if self.device_ctl.poll(60.0):
+                    self.device_ctl.recv()
+            except (EOFError, OSError):
+                pass
+        self.device_proc.join(10.0)
+        if self.device_proc.is_alive():
+            self.device_proc.kill()
+        httpd = getattr(self, "_httpd", None)
+        if httpd is not None:
+            httpd.shutdown()
+        say("stopped")
+
+    def _terminate_all(self) -> None:
+        for proc in [*self.fronts, self.device_proc]:
+            if proc.is_alive():
+                proc.kill()
+            proc.join(5.0)
+
+
+def _child(every_fd: list[int], keep: list[int], target: Any, args: tuple[Any, ...]) -> None:
+    """In a forked child: close the hand-off pipe ends that belong to other processes, then run."""
+    for fd in every_fd:
+        if fd not in keep:
+            os.close(fd)
+    target(*args)
+
+
+def run_multiprocess(cfg: ServeConfig, cold: ColdStart, workers: int) -> int:
+    return Supervisor(cfg, cold, workers).run()
