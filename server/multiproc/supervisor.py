@@ -51,7 +51,7 @@ def slot_bytes_for(handler: Any, seed: int) -> int:
 
 
 def default_slots(cfg: ServeConfig, workers: int) -> int:
-    return max(8, 2 * cfg.max_batch_size, math.ceil(cfg.max_queue_size / workers))
+    return min(1024, max(8, 2 * cfg.max_batch_size, math.ceil(cfg.max_queue_size / workers)))
 
 
 class Supervisor:

@@ -1,0 +1,206 @@
+"""The server's capacity against the host's ceiling, measured in one run on one host.
+
+Ceilings, on the cores given to the server: pre-processing with one process per core and one
+torch thread each, and the forward pass alone at the batch size on the device (the batch
+already collated and pinned; copies included, as the server pays them). Then ``netgain serve``
+(pinned to those cores) is driven by ``netgain load`` (pinned to the other cores) with Poisson
+arrivals at rising rates until p99 exceeds the SLO; capacity is the highest rate that held it
+with a valid run and under 0.1 % errors. Prints capacity / min(ceilings).
+
+    python benchmarks/bench_ceiling.py --model image --device cuda --server-cores 12 --batch 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.common import pinned, table  # noqa: E402
+
+
+def _pre_worker(model: str, options: dict[str, str], core: int, seconds: float, out: Any) -> None:
+    import torch
+
+    from netgain.server.handlers import create_handler
+
+    os.sched_setaffinity(0, {core})
+    torch.set_num_threads(1)
+    handler = create_handler(model, options, 0)
+    rng = random.Random(core)
+    inputs = [handler.example_input(rng) for _ in range(16)]
+    for x in inputs:
+        handler.preprocess(x)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        handler.preprocess(inputs[n % len(inputs)])
+        n += 1
+    out.put(n / (time.perf_counter() - t0))
+
+
+def pre_ceiling(model: str, options: dict[str, str], cores: list[int], seconds: float) -> float:
+    """Items per second pre-processed by one single-threaded process per core, all at once."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_pre_worker, args=(model, options, c, seconds, out)) for c in cores]
+    for p in procs:
+        p.start()
+    rates = [out.get(timeout=seconds + 120) for _ in procs]
+    for p in procs:
+        p.join()
+    return float(sum(rates))
+
+
+def _forward_worker(model: str, options: dict[str, str], device: str, dtype: str, batch: int, out: Any) -> None:
+    import torch
+
+    from netgain.server.device import DeviceRunner
+    from netgain.server.handlers import create_handler
+
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
+    handler = create_handler(model, options, 0)
+    runner = DeviceRunner(handler, device, dtype)
+    runner.place(handler.build_model())
+    rng = random.Random(0)
+    items = [handler.preprocess(handler.example_input(rng)) for _ in range(batch)]
+    data = runner.prepare(handler.collate(items))
+    for _ in range(10):
+        runner.run(data)
+    n, kernel_ns, t0 = 0, 0, time.perf_counter()
+    while time.perf_counter() - t0 < 5.0:
+        kernel_ns += runner.run(data).kernel_ns
+        n += 1
+    elapsed = time.perf_counter() - t0
+    out.put({"items_s": n * batch / elapsed, "kernel_items_s": n * batch / max(1e-9, kernel_ns / 1e9)})
+
+
+def forward_ceiling(model: str, options: dict[str, str], device: str, dtype: str, batch: int) -> dict[str, float]:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    p = ctx.Process(target=_forward_worker, args=(model, options, device, dtype, batch, out))
+    p.start()
+    result: dict[str, float] = out.get(timeout=600)
+    p.join()
+    return result
+
+
+def netgain(*args: str) -> list[str]:
+    return [sys.executable, "-m", "netgain.cli", *args]
+
+
+def run_rate(target: str, a: argparse.Namespace, rate: float, out: str) -> dict[str, Any]:
+    load = [
+        "load", "--target", target, "--arrival", "poisson", "--rate", f"{rate:.0f}",
+        "--duration", str(a.duration), "--warmup-s", str(a.warmup_s), "--workers", str(a.load_workers),
+        "--model", a.model, "--out", out, "--quiet", "--seed", "1", "--timeout-s", "5",
+    ]  # fmt: skip
+    subprocess.run(netgain(*load), stdin=subprocess.DEVNULL, check=False)
+    subprocess.run(netgain("report", out), stdout=subprocess.DEVNULL, check=False)
+    with open(os.path.join(out, "report.json")) as fh:
+        rep = json.load(fh)
+    lat = rep.get("latency_ms", {})
+    errors = sum(rep.get("errors", {}).values()) if isinstance(rep.get("errors"), dict) else 0
+    answered = max(1, rep.get("requests", 0) or 1)
+    return {
+        "rate": rate,
+        "throughput": float(rep.get("throughput_rps", 0.0)),
+        "p50": float(lat.get("p50", float("nan"))),
+        "p99": float(lat.get("p99", float("nan"))),
+        "errors": errors,
+        "error_ratio": errors / answered,
+        "valid": bool(rep.get("valid", False)),
+        "bottleneck": (rep.get("bottleneck") or {}).get("kind", ""),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="image")
+    ap.add_argument("--handler-option", action="append", default=[])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--queue-delay-ms", type=float, default=2.0)
+    ap.add_argument("--server-cores", type=int, default=12, help="the first N usable cores serve; the rest load")
+    ap.add_argument("--workers", default="auto", help="netgain serve --workers")
+    ap.add_argument("--pre-threads", type=int, default=1)
+    ap.add_argument("--load-workers", type=int, default=4)
+    ap.add_argument("--slo-ms", type=float, default=100.0)
+    ap.add_argument("--duration", type=float, default=8.0)
+    ap.add_argument("--warmup-s", type=float, default=2.0)
+    ap.add_argument("--start", type=float, default=0.2, help="first rate, as a fraction of the ceiling")
+    ap.add_argument("--step", type=float, default=0.1, help="rate step, as a fraction of the ceiling")
+    ap.add_argument("--pre-seconds", type=float, default=5.0)
+    a = ap.parse_args(argv)
+    options = dict(o.split("=", 1) for o in a.handler_option)
+    cores = sorted(os.sched_getaffinity(0))
+    server_cores, load_cores = cores[: a.server_cores], cores[a.server_cores :]
+    if not load_cores:
+        raise SystemExit("--server-cores leaves no core for the load generator")
+    print(f"server pinned to cores {server_cores[0]}-{server_cores[-1]}, load generator to "
+          f"{load_cores[0]}-{load_cores[-1]}", flush=True)  # fmt: skip
+    pre = pre_ceiling(a.model, options, server_cores, a.pre_seconds)
+    with pinned(set(server_cores)):
+        fwd = forward_ceiling(a.model, options, a.device, a.dtype, a.batch)
+    ceiling = min(pre, fwd["items_s"])
+    limit = "pre-processing" if pre <= fwd["items_s"] else "forward"
+    print(f"ceilings: pre-processing {pre:,.0f}/s on {len(server_cores)} cores; forward {fwd['items_s']:,.0f}/s "
+          f"at batch {a.batch} (kernel alone {fwd['kernel_items_s']:,.0f}/s); min {ceiling:,.0f}/s ({limit})",
+          flush=True)  # fmt: skip
+    from netgain.loadgen.orchestrate import ServerProcess
+
+    serve = [
+        "--model", a.model, "--device", a.device, "--dtype", a.dtype, "--workers", a.workers,
+        "--max-batch-size", str(a.batch), "--max-queue-delay-ms", str(a.queue_delay_ms),
+        "--pre-threads", str(a.pre_threads),
+        *[x for o in a.handler_option for x in ("--handler-option", o)],
+    ]  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    capacity = 0.0
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        with pinned(set(server_cores)):
+            server = stack.enter_context(ServerProcess(serve, log_path=os.path.join(tmp, "server.log")))
+            server.wait_ready()
+        with open(os.path.join(tmp, "server.log")) as fh:
+            print("".join(line for line in fh if "frontend processes" in line).strip(), flush=True)
+        rate = a.start * ceiling
+        fails = 0
+        while rate <= 1.3 * ceiling and fails < 2:
+            with pinned(set(load_cores)):
+                r = run_rate(server.target, a, rate, os.path.join(tmp, f"r{len(rows)}"))
+            held = r["valid"] and r["p99"] <= a.slo_ms and r["error_ratio"] < 1e-3
+            r["held"] = held
+            rows.append(r)
+            print(f"  {rate:8,.0f}/s: p99 {r['p99']:.1f} ms, {r['throughput']:,.0f}/s done, valid {r['valid']}, "
+                  f"{r['bottleneck']}", flush=True)  # fmt: skip
+            if held:
+                capacity = max(capacity, r["throughput"])
+                fails = 0
+            else:
+                fails += 1
+            rate += a.step * ceiling
+    print()
+    print(table(
+        [[f"{r['rate']:,.0f}", f"{r['throughput']:,.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}", r["errors"],
+          "yes" if r["valid"] else "NO", r["bottleneck"], "yes" if r["held"] else "no"] for r in rows],
+        ["offered/s", "done/s", "p50 ms", "p99 ms", "errors", "valid", "bottleneck", f"p99<={a.slo_ms:.0f}"],
+    ))  # fmt: skip
+    ratio = capacity / ceiling if ceiling else 0.0
+    print(f"\n{a.model} on {a.device} ({a.dtype}, batch {a.batch}, --workers {a.workers}): capacity at "
+          f"p99 <= {a.slo_ms:.0f} ms {capacity:,.0f}/s = {100 * ratio:.0f} % of the ceiling {ceiling:,.0f}/s "
+          f"({limit}); target >= 60 %: {'PASS' if ratio >= 0.6 else 'MISS'}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
