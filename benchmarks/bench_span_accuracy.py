@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 from common import run_clients, table
 
+from netgain.contract.phases import PHASES
 from netgain.loadgen.experiments.kernels import kernel_spans, matched, profiler_windows, span_errors
 from netgain.loadgen.orchestrate import ServerProcess
-from netgain.server.timing import PHASES
 
 
 def phase_sum_errors(span_log: str) -> np.ndarray:

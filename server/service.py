@@ -11,10 +11,10 @@ from typing import Any
 
 import grpc
 
+from netgain.contract.phases import REQUEST_ID_KEY, TIMING_KEY, encode_phases, phase_values, trailer_value
 from netgain.protos import inference_pb2 as pb
 from netgain.server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
 from netgain.server.telemetry.recorder import Recorder
-from netgain.server.timing import REQUEST_ID_KEY, TIMING_KEY, encode_phases, phase_values, trailer_value
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}\Z")  # \Z: "$" would accept a trailing newline
 

@@ -21,8 +21,8 @@ from conftest import read_meta as meta
 from conftest import read_rows as rows
 from conftest import run_netgain as netgain
 
+from netgain.contract.records import RECORD_COLUMNS, empty_columns
 from netgain.loadgen.runner.live import LiveStats
-from netgain.loadgen.runner.protocol import RECORD_COLUMNS, empty_columns
 from netgain.loadgen.runner.wire import records_batch
 
 RUN_TIMEOUT_S = 90.0

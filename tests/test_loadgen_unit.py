@@ -9,10 +9,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from netgain.contract.messages import Plan
+from netgain.contract.records import RECORD_COLUMNS, empty_columns
 from netgain.loadgen.payloads import PayloadFactory, size_bucket
 from netgain.loadgen.runner.engine import parse_trailers
 from netgain.loadgen.runner.live import LogHistogram
-from netgain.loadgen.runner.protocol import RECORD_COLUMNS, Plan, empty_columns
 from netgain.loadgen.runner.scrape import Samples
 from netgain.loadgen.runner.sink import RecordSink
 from netgain.loadgen.runner.wire import records_batch

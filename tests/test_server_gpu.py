@@ -13,11 +13,11 @@ from conftest import ServerHandle, ServerLauncher
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
+from netgain.contract.phases import PHASES, parse_batch, parse_server_timing
 from netgain.protos import pb
 from netgain.server.device import DeviceOutOfMemory, DeviceRunner
 from netgain.server.handlers.base import Handler
 from netgain.server.handlers.image import ImageHandler
-from netgain.server.timing import PHASES, parse_batch, parse_server_timing
 
 pytestmark = [
     pytest.mark.gpu,

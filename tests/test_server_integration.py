@@ -20,10 +20,10 @@ from PIL import Image
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
+from netgain.contract.phases import PHASES, parse_batch, parse_server_timing
 from netgain.loadgen.payloads import PayloadFactory
 from netgain.protos import SERVICE_NAME, InferenceStub, pb
 from netgain.server.coldstart import COLD_START_PHASES
-from netgain.server.timing import PHASES, parse_batch, parse_server_timing
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING

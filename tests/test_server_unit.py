@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from netgain.contract.phases import PHASES
 from netgain.protos import pb
 from netgain.server.batching.pipeline import Pipeline, PipelineConfig
 from netgain.server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
@@ -24,7 +25,6 @@ from netgain.server.service import Limits, validate_request
 from netgain.server.telemetry.metrics import DURATION_BUCKETS, log_buckets
 from netgain.server.telemetry.recorder import SpanLog, span_record
 from netgain.server.telemetry.samplers import thread_role
-from netgain.server.timing import PHASES
 
 MS = 1_000_000
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from netgain.server.timing import (
+from netgain.contract.phases import (
     PHASES,
     encode_phases,
     encode_server_timing,

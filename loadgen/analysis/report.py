@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
+from netgain.contract import rundir as files
 from netgain.loadgen.analysis import compare as cmp
 from netgain.loadgen.analysis.cost import capacity_from_points
 from netgain.loadgen.analysis.rundir import AnalysisError, load_meta
 from netgain.loadgen.analysis.summary import analyze
-
-REPORT_FILES = ("report.json", "report.md", "report.html")
 
 
 def sweep_points(
@@ -159,7 +157,7 @@ def clean(o: Any) -> Any:
 
 
 def to_json(report: dict[str, Any]) -> str:
-    return json.dumps(clean(report), indent=1, default=_json_default, allow_nan=False)
+    return files.encode_report(clean(report), default=_json_default)
 
 
 def write_outputs(report: dict[str, Any], run_dir: str | Path) -> list[Path]:
@@ -168,9 +166,9 @@ def write_outputs(report: dict[str, Any], run_dir: str | Path) -> list[Path]:
     from netgain.loadgen.analysis.render_text import render_markdown
 
     out = Path(run_dir)
-    paths = [out / name for name in REPORT_FILES]
+    paths = [out / name for name in files.REPORT_FILES]
     try:
-        paths[0].write_text(to_json(report) + "\n")
+        files.write_report(out, clean(report), default=_json_default)
         paths[1].write_text(render_markdown(report))
         paths[2].write_text(render_html(report))
     except OSError as exc:

@@ -6,7 +6,6 @@ column plus the numpy arrays we keep: 10 million rows stay well under the 4 GB b
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,10 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from netgain.contract import rundir as files
+from netgain.contract.phases import PHASES
+from netgain.contract.records import PHASE_COLUMNS, REQUIRED_COLUMNS, SAMPLE_COLUMNS
 from netgain.errors import NetgainError
 
-PHASES = ("queue", "pre", "h2d", "kernel", "d2h", "post")
-REQUIRED = ("scheduled_ns", "sent_ns", "done_ns", "status", "warmup")
 NS_PER_MS = 1e6
 
 
@@ -52,25 +52,11 @@ class Requests:
 
 
 def load_meta(run_dir: str | Path) -> dict[str, Any]:
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise AnalysisError(
-            f"run directory {str(run)!r} does not exist: pass the --out folder of `netgain load`"
-        )
-    path = run / "meta.json"
+    """``RUN_DIR/meta.json``, its schema version checked (``netgain.contract.rundir``)."""
     try:
-        meta = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise AnalysisError(
-            f"{path} is missing: is {str(run)!r} a run directory written by `netgain load`?"
-        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise AnalysisError(
-            f"{path} is not valid JSON ({exc}): re-run `netgain load` or restore the file"
-        ) from None
-    if not isinstance(meta, dict):
-        raise AnalysisError(f"{path} must hold a JSON object: re-run `netgain load`")
-    return meta
+        return files.read_meta(run_dir)
+    except files.RunDirError as exc:
+        raise AnalysisError(str(exc)) from None
 
 
 def _open_parquet(path: Path) -> pq.ParquetFile:
@@ -108,10 +94,10 @@ def _diff_ms(a: np.ndarray, b: np.ndarray, valid: np.ndarray) -> np.ndarray:
 
 
 def load_requests(run_dir: str | Path, *, warmup_s: float | None = None, with_ids: bool = False) -> Requests:
-    path = Path(run_dir) / "requests.parquet"
+    path = Path(run_dir) / files.REQUESTS
     pf = _open_parquet(path)
     names = set(pf.schema_arrow.names)
-    missing = [c for c in REQUIRED if c not in names]
+    missing = [c for c in REQUIRED_COLUMNS if c not in names]
     if missing:
         raise AnalysisError(
             f"{path} lacks column(s) {', '.join(missing)}: it was not written by this "
@@ -138,7 +124,10 @@ def load_requests(run_dir: str | Path, *, warmup_s: float | None = None, with_id
                 pc.fill_null(_column(pf, "warmup"), False).to_numpy(zero_copy_only=False), dtype=bool
             )
         nan = np.full(len(scheduled_s), np.nan)
-        phases = {p: _float(_column(pf, f"{p}_ms")) if f"{p}_ms" in names else nan.copy() for p in PHASES}
+        phases = {
+            p: _float(_column(pf, c)) if c in names else nan.copy()
+            for p, c in zip(PHASES, PHASE_COLUMNS, strict=True)
+        }
         total = _float(_column(pf, "server_total_ms")) if "server_total_ms" in names else nan.copy()
         batch = _float(_column(pf, "batch_size")) if "batch_size" in names else nan.copy()
         ids = None
@@ -164,24 +153,18 @@ def load_requests(run_dir: str | Path, *, warmup_s: float | None = None, with_id
 
 def load_samples(run_dir: str | Path) -> pa.Table | None:
     """samples.parquet, or None when the run has none (the report then says so in its warnings)."""
-    path = Path(run_dir) / "samples.parquet"
+    path = Path(run_dir) / files.SAMPLES
     if not path.exists():
         return None
     pf = _open_parquet(path)
     try:
-        return pf.read(columns=["t_s", "source", "metric", "labels", "value"])
+        return pf.read(columns=list(SAMPLE_COLUMNS))
     except (pa.ArrowException, KeyError, OSError) as exc:
         raise AnalysisError(f"{path} could not be read ({exc}): re-run `netgain load`") from None
 
 
-SPAN_FIELDS = {
-    "queue_ms": "queue",
-    "pre_ms": "pre",
-    "h2d_ms": "h2d",
-    "kernel_ms": "kernel",
-    "d2h_ms": "d2h",
-    "post_ms": "post",
-}
+# the span log's phase fields, named as the request records' columns
+SPAN_FIELDS = dict(zip(PHASE_COLUMNS, PHASES, strict=True))
 
 
 def join_span_log(req: Requests, span_log: str | Path) -> dict[str, Any]:

@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from netgain.contract.phases import PHASES
+from netgain.contract.rundir import SCHEMA_VERSION
 from netgain.loadgen.analysis import bottleneck as bn
 from netgain.loadgen.analysis import cost, stats
 from netgain.loadgen.analysis.rundir import (
-    PHASES,
     AnalysisError,
     join_span_log,
     load_meta,
@@ -229,7 +230,7 @@ def analyze(
     q_idx = np.linspace(0, n_lat - 1, min(n_lat, 300)).astype(np.int64) if n_lat else np.zeros(0, np.int64)
 
     report: dict[str, Any] = {
-        "schema": 1,
+        "schema": SCHEMA_VERSION,
         "run_dir": str(run_dir),
         "run_id": meta.get("run_id"),
         "device": device,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from netgain.loadgen.analysis.rundir import PHASES
+from netgain.contract.phases import PHASES
 
 TAIL_PHASES = (*PHASES, "network", "send_lag", "other")
 BAND = (0.45, 0.55)

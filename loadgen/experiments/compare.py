@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from netgain.contract import rundir as files
 from netgain.errors import NetgainError
 from netgain.loadgen.orchestrate import ServerProcess, run_load
 
@@ -60,7 +61,7 @@ class Progress:
 
 
 def _done(run_dir: str) -> bool:
-    return os.path.exists(os.path.join(run_dir, "meta.json"))
+    return os.path.exists(os.path.join(run_dir, files.META))
 
 
 def _serve_args(cfg: CompareConfig, side: Side, batch: int, span_log: str) -> list[str]:

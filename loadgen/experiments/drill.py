@@ -20,6 +20,7 @@ from typing import Any
 
 import grpc
 
+from netgain.contract import rundir as files
 from netgain.errors import NetgainError
 from netgain.loadgen.orchestrate import ServerProcess, free_port, run_load
 from netgain.protos import InferenceStub, pb
@@ -145,9 +146,8 @@ def scale_up(
             r2proc.stop()
         if "error" in result:
             raise NetgainError(f"scale-up: replica 2 did not come up: {result['error']}")
-    with open(os.path.join(run_dir, "meta.json")) as fh:
-        epoch_s = json.load(fh)["epoch_unix_ns"] / 1e9
-    t_ = pq.read_table(os.path.join(run_dir, "requests.parquet"), columns=["target", "status", "done_ns"])
+    epoch_s = files.read_meta(run_dir)["epoch_unix_ns"] / 1e9
+    t_ = pq.read_table(os.path.join(run_dir, files.REQUESTS), columns=["target", "status", "done_ns"])
     d = t_.to_pydict()
     ok2 = [
         done / 1e9 + epoch_s

@@ -20,10 +20,10 @@ from typing import Any
 
 import grpc
 
+from netgain.contract.phases import PHASES
 from netgain.loadgen.experiments.kernels import kernel_spans, profiler_windows, span_check
 from netgain.loadgen.orchestrate import ServerProcess
 from netgain.protos import InferenceStub, pb
-from netgain.server.timing import PHASES
 
 
 def phase_medians(span_log: str) -> dict[str, float]:

@@ -27,11 +27,12 @@ from typing import IO, Any
 
 import grpc
 
+from netgain.contract.messages import Plan
+from netgain.contract.phases import PHASES, REQUEST_ID_KEY, TIMING_KEY, parse_trailer
+from netgain.contract.records import PHASE_COLUMNS, SERVER_COLUMNS, empty_columns
 from netgain.loadgen.payloads import PayloadFactory
 from netgain.loadgen.runner import frames
-from netgain.loadgen.runner.protocol import PHASE_COLUMNS, Plan, empty_columns
 from netgain.protos.service import SERVICE_NAME
-from netgain.server.timing import PHASES, REQUEST_ID_KEY, TIMING_KEY, parse_trailer
 
 log = logging.getLogger("netgain.loadgen")
 FLUSH_INTERVAL_S = 0.25
@@ -51,7 +52,6 @@ CHANNEL_OPTIONS = [
 ]
 
 
-SERVER_COLUMNS = ("batch_id", "batch_size", *PHASE_COLUMNS, "server_total_ms")
 _NO_SERVER: dict[str, Any] = dict.fromkeys(SERVER_COLUMNS)
 _TIMING_COLUMNS = tuple(zip((*PHASES, "total"), (*PHASE_COLUMNS, "server_total_ms"), strict=True))
 

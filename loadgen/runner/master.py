@@ -3,7 +3,6 @@ writes the run directory."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import platform
@@ -22,20 +21,12 @@ import grpc
 from gevent import pywsgi
 from prometheus_client import CollectorRegistry, start_http_server
 
+from netgain.contract import rundir as files
+from netgain.contract.messages import DONE, GO, HELLO, PLAN, READY, RECORDS, Plan
+from netgain.contract.records import RECORD_COLUMNS, empty_columns
 from netgain.errors import NetgainError
 from netgain.loadgen.runner.live import ClientMetrics, LiveStats
 from netgain.loadgen.runner.probe import probe_target
-from netgain.loadgen.runner.protocol import (
-    DONE,
-    GO,
-    HELLO,
-    PLAN,
-    READY,
-    RECORD_COLUMNS,
-    RECORDS,
-    Plan,
-    empty_columns,
-)
 from netgain.loadgen.runner.scrape import Samples
 from netgain.loadgen.runner.sink import RecordSink
 from netgain.loadgen.runner.wire import decode_records
@@ -100,8 +91,8 @@ class Master:
         self.registry = registry
         self.live = LiveStats(self.client_metrics, out=open(os.devnull, "w") if cfg.quiet else sys.stderr)  # noqa: SIM115
         os.makedirs(cfg.out, exist_ok=True)
-        self.sink = RecordSink(os.path.join(cfg.out, "requests.parquet"), len(schedule))
-        self.samples = Samples(os.path.join(cfg.out, "samples.parquet"))
+        self.sink = RecordSink(os.path.join(cfg.out, files.REQUESTS), len(schedule))
+        self.samples = Samples(os.path.join(cfg.out, files.SAMPLES))
 
     def log(self, message: str) -> None:
         if not self.cfg.quiet:
@@ -394,8 +385,8 @@ class Master:
 
         writer = StatsCSV(self.env, PERCENTILES_TO_REPORT)
         for name, write in (
-            ("locust_stats.csv", writer.requests_csv),
-            ("locust_failures.csv", writer.failures_csv),
+            (files.LOCUST_STATS, writer.requests_csv),
+            (files.LOCUST_FAILURES, writer.failures_csv),
         ):
             with open(os.path.join(self.cfg.out, name), "w", newline="") as fh:
                 write(csv.writer(fh))
@@ -419,12 +410,11 @@ class Master:
         }
         reasons = self._validity(counts)
         meta = build_meta(cfg, self, infos, model, counts, reasons)
-        with open(os.path.join(cfg.out, "meta.json"), "w") as fh:
-            json.dump(meta, fh, indent=2)
+        files.write_meta(cfg.out, meta)
         p50, p99 = self.live.latency.percentile_ms(50), self.live.latency.percentile_ms(99)
         verdict = "VALID" if not reasons else "INVALID: " + "; ".join(reasons)
         print(
-            f"netgain load: {counts['rows']} rows in {cfg.out}/requests.parquet | ok {counts['ok']} "
+            f"netgain load: {counts['rows']} rows in {cfg.out}/{files.REQUESTS} | ok {counts['ok']} "
             f"errors {counts['errors']} dropped {counts['dropped']} | p50 {p50:.2f} ms p99 {p99:.2f} ms | "
             f"{verdict}",
             flush=True,
@@ -504,7 +494,7 @@ def build_meta(
         web_port_requested=cfg.web_port,
     )
     return {
-        "schema": 1,
+        "schema": files.SCHEMA_VERSION,
         "run_id": master.run_id,
         "command": cfg.command,
         "config": config,

@@ -11,6 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from prometheus_client.parser import text_string_to_metric_families
 
+from netgain.contract.records import sample_schema
+
 log = logging.getLogger("netgain.loadgen")
 
 SAMPLED = {
@@ -40,15 +42,7 @@ def parse_samples(text: str, t_s: float, source: str) -> list[tuple[float, str, 
     return rows
 
 
-SCHEMA = pa.schema(
-    [
-        ("t_s", pa.float64()),
-        ("source", pa.string()),
-        ("metric", pa.string()),
-        ("labels", pa.string()),
-        ("value", pa.float64()),
-    ]
-)
+SCHEMA = sample_schema()
 
 
 class Samples:

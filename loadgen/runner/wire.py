@@ -1,4 +1,5 @@
-"""The records schema and its wire form (Arrow IPC) between workers and the master.
+"""The wire form (Arrow IPC) of request records between workers and the master; the columns and
+their schema are ``netgain.contract.records``.
 
 Apart from the sink so a worker, which only encodes, does not import pyarrow.parquet (~8 MB).
 """
@@ -9,29 +10,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from netgain.loadgen.runner.protocol import PHASE_COLUMNS, RECORD_COLUMNS
+from netgain.contract.records import RECORD_COLUMNS, record_schema
 
-SCHEMA = pa.schema(
-    [
-        ("index", pa.int64()),
-        ("request_id", pa.string()),
-        ("worker", pa.int32()),
-        ("target", pa.string()),
-        ("warmup", pa.bool_()),
-        ("scheduled_ns", pa.int64()),
-        ("sent_ns", pa.int64()),
-        ("done_ns", pa.int64()),
-        ("status", pa.string()),
-        ("items", pa.int32()),
-        ("request_bytes", pa.int64()),
-        ("response_bytes", pa.int64()),
-        ("batch_id", pa.int64()),
-        ("batch_size", pa.int32()),
-        *[(c, pa.float64()) for c in PHASE_COLUMNS],
-        ("server_total_ms", pa.float64()),
-    ]
-)
-assert tuple(SCHEMA.names) == RECORD_COLUMNS
+SCHEMA = record_schema()
 
 
 def records_batch(cols: dict[str, list[Any]]) -> pa.RecordBatch:

@@ -16,8 +16,8 @@ from typing import Any
 import gevent
 from gevent import subprocess
 
+from netgain.contract.messages import DONE, GO, HELLO, PLAN, READY, RECORDS
 from netgain.loadgen.runner import frames
-from netgain.loadgen.runner.protocol import DONE, GO, HELLO, PLAN, READY, RECORDS
 from netgain.loadgen.runner.wire import encode_records
 
 log = logging.getLogger("netgain.loadgen")

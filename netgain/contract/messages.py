@@ -1,4 +1,7 @@
-"""Messages between master and workers (carried by Locust's ZeroMQ/msgpack channel) and record columns."""
+"""The messages of a load run, by name: master ↔ workers over Locust's ZeroMQ/msgpack channel,
+and the same kinds between a worker and its sender engine over a pipe (``loadgen.runner.frames``);
+and the plan, the body of ``PLAN``.
+"""
 
 from __future__ import annotations
 
@@ -7,35 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from netgain.server.timing import PHASES
-
 HELLO = "netgain_hello"  # worker → master: its handlers are registered, a plan will not be lost
-PLAN = "netgain_plan"  # master → worker: the worker's shard and settings
-READY = "netgain_ready"  # worker → master: payloads built, waiting for the epoch
-GO = "netgain_go"  # master → workers: the common epoch (unix ns)
-RECORDS = "netgain_records"  # worker → master: a batch of finished request records
-DONE = "netgain_done"  # worker → master: every request of the shard has its record
-
-PHASE_COLUMNS = tuple(f"{p}_ms" for p in PHASES)
-INT_COLUMNS = ("index", "scheduled_ns", "sent_ns", "done_ns", "request_bytes", "response_bytes", "batch_id")
-RECORD_COLUMNS = (
-    "index",
-    "request_id",
-    "worker",
-    "target",
-    "warmup",
-    "scheduled_ns",
-    "sent_ns",
-    "done_ns",
-    "status",
-    "items",
-    "request_bytes",
-    "response_bytes",
-    "batch_id",
-    "batch_size",
-    *PHASE_COLUMNS,
-    "server_total_ms",
-)
+PLAN = "netgain_plan"  # master → worker → engine: the worker's shard and settings
+READY = "netgain_ready"  # engine → worker → master: payloads built, waiting for the epoch
+GO = "netgain_go"  # master → workers → engines: the common epoch (unix ns)
+RECORDS = "netgain_records"  # engine → worker → master: a batch of finished request records
+DONE = "netgain_done"  # engine → worker → master: every request of the shard has its record
 
 
 @dataclass
@@ -78,7 +58,3 @@ class Plan:
             np.frombuffer(self.size, dtype=np.int64),
             np.frombuffer(self.items, dtype=np.int32),
         )
-
-
-def empty_columns() -> dict[str, list[Any]]:
-    return {c: [] for c in RECORD_COLUMNS}

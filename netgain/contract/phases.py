@@ -1,4 +1,5 @@
-"""Phase names and the ``server-timing`` trailer (W3C Server-Timing syntax, dur in ms).
+"""Phase names, the metadata keys and the ``server-timing`` trailer (W3C Server-Timing syntax, dur in
+ms): the server encodes it, the load generator parses it.
 
 Kept free of torch and grpc imports: the load generator parses trailers with it.
 """

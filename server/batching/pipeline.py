@@ -19,11 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from netgain.contract.phases import batch_phases_part, trailer_head
 from netgain.server.batching.queue import Pending, RequestQueue
 from netgain.server.device import DeviceOutOfMemory, DeviceRunner
 from netgain.server.handlers.base import Handler, InvalidInput
 from netgain.server.threadnames import name_os_thread
-from netgain.server.timing import batch_phases_part, trailer_head
 
 log = logging.getLogger("netgain.server")
 

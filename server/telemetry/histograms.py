@@ -20,7 +20,7 @@ from prometheus_client.metrics_core import HistogramMetricFamily, Metric
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
-from netgain.server.timing import PHASES
+from netgain.contract.phases import PHASES
 
 SERIES = ("total", *PHASES)  # the series, in this order; add() takes indexes into it
 ALL = tuple(range(len(SERIES)))

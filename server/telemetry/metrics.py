@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from netgain.contract.phases import PHASES
 from netgain.server.telemetry.histograms import DurationHistograms
-from netgain.server.timing import PHASES
 
 
 def log_buckets(lo: float = 1e-5, hi: float = 10.0, per_decade: int = 4) -> tuple[float, ...]:
