@@ -23,8 +23,8 @@ import grpc
 from netgain.contract import rundir as files
 from netgain.errors import NetgainError
 from netgain.loadgen.orchestrate import ServerProcess, free_port, run_load
+from netgain.loadgen.payloads import example_maker
 from netgain.protos import InferenceStub, pb
-from netgain.server.handlers import create_handler
 
 
 def _first_success(target: str, request: pb.InferRequest, timeout_s: float) -> float:
@@ -41,8 +41,8 @@ def _first_success(target: str, request: pb.InferRequest, timeout_s: float) -> f
 
 
 def cold_start(model: str, device: str, serve_args: list[str], log_path: str) -> dict[str, Any]:
-    handler = create_handler(model, _options(serve_args))
-    request = pb.InferRequest(inputs=[handler.example_input(random.Random(0))])
+    example = example_maker(model, _options(serve_args))
+    request = pb.InferRequest(inputs=[example(random.Random(0), None)])
     sp = ServerProcess(["--model", model, "--device", device, *serve_args], log_path=log_path)
     with sp:
         up = time.time()  # ports file exists: the process is up and listening

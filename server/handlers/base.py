@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from netgain.contract.payloads import int_option
 from netgain.protos import inference_pb2 as pb
 
 
@@ -38,16 +39,8 @@ class Handler:
 
     # -- options -----------------------------------------------------------------
     def int_option(self, key: str, default: int, lo: int = 1, hi: int = 1 << 30) -> int:
-        raw = self.options.get(key)
-        if raw is None:
-            return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ValueError(f"handler option {key}={raw!r} is not an integer") from None
-        if not lo <= value <= hi:
-            raise ValueError(f"handler option {key}={value} is outside [{lo}, {hi}]")
-        return value
+        """``--handler-option key=value`` as an integer in ``[lo, hi]`` (ValueError otherwise)."""
+        return int_option(self.options, key, default, lo, hi)
 
     # -- model lifecycle ---------------------------------------------------------
     def build_model(self) -> Any:

@@ -12,6 +12,7 @@ import struct
 import warnings
 from typing import Any
 
+from netgain.contract.payloads import DEFAULT_IMAGE_BYTES, synthetic_jpeg
 from netgain.protos import inference_pb2 as pb
 from netgain.server.handlers.base import Handler, InvalidInput, argmax_output
 
@@ -103,28 +104,4 @@ class ImageHandler(Handler):
 
     def example_input(self, rng: random.Random, size: int | None = None) -> pb.Input:
         """A JPEG of roughly ``size`` bytes (default: a 224x224 photo-like image)."""
-        return pb.Input(data=synthetic_jpeg(rng, size or 20_000))
-
-
-def synthetic_jpeg(rng: random.Random, target_bytes: int) -> bytes:
-    """A deterministic photo-like JPEG close to ``target_bytes`` (smooth gradients plus noise)."""
-    import numpy as np
-    from PIL import Image
-
-    seed = rng.getrandbits(32)
-    side = max(16, int((target_bytes / 0.45) ** 0.5))
-    data = b""
-    for _ in range(3):
-        gen = np.random.default_rng(seed)
-        yy, xx = np.mgrid[0:side, 0:side].astype(np.float32) / side
-        base = np.stack([xx, yy, (xx + yy) / 2], axis=-1) * 200.0
-        noise = gen.normal(0.0, 25.0, size=(side, side, 3))
-        pixels = np.clip(base + noise, 0, 255).astype(np.uint8)
-        buf = io.BytesIO()
-        Image.fromarray(pixels, "RGB").save(buf, format="JPEG", quality=85)
-        data = buf.getvalue()
-        ratio = target_bytes / max(1, len(data))
-        if 0.9 <= ratio <= 1.1:
-            break
-        side = max(16, int(side * ratio**0.5))
-    return data
+        return pb.Input(data=synthetic_jpeg(rng, size or DEFAULT_IMAGE_BYTES))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from netgain.contract.payloads import null_bytes
 from netgain.protos import inference_pb2 as pb
 from netgain.server.handlers.base import Handler
 
@@ -29,4 +30,4 @@ class NullHandler(Handler):
         return pb.Output(label=int(row))
 
     def example_input(self, rng: random.Random, size: int | None = None) -> pb.Input:
-        return pb.Input(data=rng.randbytes(size if size is not None else 64))
+        return pb.Input(data=null_bytes(rng, size))

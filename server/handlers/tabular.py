@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
+from netgain.contract.payloads import tabular_features
 from netgain.protos import inference_pb2 as pb
 from netgain.server.handlers.base import Handler, InvalidInput, argmax_output
 
@@ -55,5 +55,4 @@ class TabularHandler(Handler):
         return argmax_output(row)
 
     def example_input(self, rng: random.Random, size: int | None = None) -> pb.Input:
-        values = [math.tanh(rng.gauss(0.0, 1.0)) for _ in range(self.features)]
-        return pb.Input(features=values)
+        return pb.Input(features=tabular_features(rng, self.features))

@@ -10,22 +10,10 @@ import random
 import string
 from typing import Any
 
+from netgain.contract.payloads import WORDS, text_bytes
 from netgain.protos import inference_pb2 as pb
 from netgain.server.handlers.base import Handler, InvalidInput, argmax_output
 
-WORDS = tuple(
-    """the of and to in is was for on that with as by at from his her it an be this are which or had
-    not but were have one they their all been has more when who will would there she into other out
-    also time first new some can only after him two these may over its most then years such about
-    state made no used people than where up between many city world during both through year later
-    well under while part being three film since school known each war government national
-    area de team season could day like because series number back life before what four
-    company called name states united work same including then second group several high music
-    family house based around own north however south league found early did university
-    system any against another game members place public much even use include won though
-    model server request latency batch queue device memory copy kernel cost traffic load
-    service cluster node graph image text token vector score label class layer tensor""".split()
-)
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
 
 
@@ -131,11 +119,4 @@ class TextHandler(Handler):
 
     def example_input(self, rng: random.Random, size: int | None = None) -> pb.Input:
         """Text of about ``size`` bytes (default 400, about 80 tokens)."""
-        target = size or 400
-        words: list[str] = []
-        length = 0
-        while length < target:
-            w = rng.choice(WORDS)
-            words.append(w)
-            length += len(w) + 1
-        return pb.Input(data=" ".join(words)[:target].encode())
+        return pb.Input(data=text_bytes(rng, size))
