@@ -61,7 +61,9 @@ def pre_ceiling(model: str, options: dict[str, str], cores: list[int], seconds: 
     return float(sum(rates))
 
 
-def _forward_worker(model: str, options: dict[str, str], device: str, dtype: str, batch: int, out: Any) -> None:
+def _forward_worker(
+    model: str, options: dict[str, str], device: str, dtype: str, batch: int, out: Any
+) -> None:
     import torch
 
     from netgain.server.device import DeviceRunner
@@ -84,7 +86,9 @@ def _forward_worker(model: str, options: dict[str, str], device: str, dtype: str
     out.put({"items_s": n * batch / elapsed, "kernel_items_s": n * batch / max(1e-9, kernel_ns / 1e9)})
 
 
-def forward_ceiling(model: str, options: dict[str, str], device: str, dtype: str, batch: int) -> dict[str, float]:
+def forward_ceiling(
+    model: str, options: dict[str, str], device: str, dtype: str, batch: int
+) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     p = ctx.Process(target=_forward_worker, args=(model, options, device, dtype, batch, out))
@@ -120,6 +124,8 @@ def run_rate(target: str, a: argparse.Namespace, rate: float, out: str) -> dict[
         "error_ratio": errors / answered,
         "valid": bool(rep.get("valid", False)),
         "bottleneck": (rep.get("bottleneck") or {}).get("kind", ""),
+        "phases": {k: v.get("p50") for k, v in (rep.get("phases_ms") or {}).items() if isinstance(v, dict)},
+        "cpu": rep.get("cpu"),
     }
 
 
@@ -131,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--queue-delay-ms", type=float, default=2.0)
-    ap.add_argument("--server-cores", type=int, default=12, help="the first N usable cores serve; the rest load")
+    ap.add_argument(
+        "--server-cores", type=int, default=12, help="the first N usable cores serve; the rest load"
+    )
     ap.add_argument("--workers", default="auto", help="netgain serve --workers")
     ap.add_argument("--pre-threads", type=int, default=1)
     ap.add_argument("--load-workers", type=int, default=4)
@@ -182,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             r["held"] = held
             rows.append(r)
             print(f"  {rate:8,.0f}/s: p99 {r['p99']:.1f} ms, {r['throughput']:,.0f}/s done, valid {r['valid']}, "
-                  f"{r['bottleneck']}", flush=True)  # fmt: skip
+                  f"{r['bottleneck']}; phase p50 ms {json.dumps(r['phases'])}; cpu {json.dumps(r['cpu'])}",
+                  flush=True)  # fmt: skip
             if held:
                 capacity = max(capacity, r["throughput"])
                 fails = 0

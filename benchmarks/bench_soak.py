@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         load_cmd = [
             sys.executable,
             "-m",
-            "netgain.cli",
+            "netgain.loadgen.cli",
             "load",
             "--target",
             target,

@@ -105,7 +105,7 @@ def run_profile(
             [
                 sys.executable,
                 "-m",
-                "netgain.cli",
+                "netgain.loadgen.cli",
                 "load",
                 "--target",
                 sp.target,

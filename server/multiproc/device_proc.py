@@ -40,19 +40,41 @@ class Handed(Pending):
 class SlotHandler(Handler):
     """The user's handler, with items read from slots and output rows returned as they are."""
 
-    def __init__(self, inner: Handler, rings: list[Ring]) -> None:
+    def __init__(self, inner: Handler, rings: list[Ring], staging: int = 0, max_rows: int = 0) -> None:
         super().__init__(inner.options, inner.seed)
         self.inner = inner
         self.rings = rings
         self.name = inner.name
         self.uses_device = inner.uses_device
         self.fixed_shapes = inner.fixed_shapes
+        # Items are stacked straight into pinned buffers, reused round-robin: a buffer is reused
+        # only after ``staging`` later batches, more than the pipeline lets into flight at once.
+        self.staging = staging if type(inner).collate is Handler.collate else 0
+        self.max_rows = max_rows
+        self._buffers: dict[tuple[Any, ...], list[Any]] = {}
+        self._turn = 0
+        self._lock = threading.Lock()
 
     def preprocess(self, item: Any) -> Any:
         return self.rings[item.frontend].get(item.slot)
 
     def collate(self, items: list[Any]) -> Any:
-        return self.inner.collate(items)
+        import torch
+
+        first = items[0] if items else None
+        if not self.staging or not isinstance(first, torch.Tensor) or len(items) > self.max_rows:
+            return self.inner.collate(items)
+        key = (tuple(first.shape), first.dtype)
+        with self._lock:
+            ring = self._buffers.get(key)
+            if ring is None:
+                shape = (self.max_rows, *first.shape)
+                ring = [torch.empty(shape, dtype=first.dtype, pin_memory=True) for _ in range(self.staging)]
+                self._buffers[key] = ring
+            self._turn += 1
+            buf = ring[self._turn % len(ring)][: len(items)]
+        torch.stack(items, out=buf)
+        return buf
 
     def forward(self, model: Any, batch: Any) -> Any:
         return self.inner.forward(model, batch)
@@ -112,11 +134,13 @@ class DeviceProcess:
         slots = sum(r.slots for r in self.rings)
         self.requests = RequestQueue(max(cfg.max_queue_size, slots))
         self.recorder = Recorder(self.metrics if cfg.instrumentation else None, None, cfg.recorder_interval_s)
+        threads = max(2, cfg.pre_threads)  # gathering items from slots and collating: no decode here
+        staging = len(self.runners) + threads + 2 if self.device.startswith("cuda") else 0
         self.pipeline = Pipeline(
-            SlotHandler(self.handler, self.rings),
+            SlotHandler(self.handler, self.rings, staging, cfg.max_batch_size),
             self.runners,
             self.requests,
-            PipelineConfig(cfg.max_batch_size, cfg.max_queue_delay_ms, cfg.pre_threads, trailers=False),
+            PipelineConfig(cfg.max_batch_size, cfg.max_queue_delay_ms, threads, trailers=False),
             self.deliver,
             self._on_batch,
         )
