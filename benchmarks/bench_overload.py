@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         load_cmd = [
             sys.executable,
             "-m",
-            "netgain.loadgen.cli",
+            "netgain.cli",
             "load",
             "--target",
             target,

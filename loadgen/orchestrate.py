@@ -140,7 +140,7 @@ class ServerProcess:
 
 def run_load(args: Sequence[str], quiet: bool = False) -> int:
     """``netgain load ARGS`` in a child process (it patches the standard library for gevent)."""
-    cmd = [sys.executable, "-m", "netgain.loadgen.cli", "load", *args]
+    cmd = [sys.executable, "-m", "netgain.cli", "load", *args]
     if quiet:
         cmd.append("--quiet")
     return subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False).returncode

@@ -1,25 +1,13 @@
-"""``python -m netgain.server [serve flags]``: the server alone, same flags as ``netgain serve``."""
+"""``python -m netgain.server [serve flags]``: the server alone, same flags as ``netgain serve``.
+
+A shim: the command line lives in netgain.cli (netgain.cli.serve).
+"""
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from netgain.server import cli
-from netgain.server.cliargs import debug_after_command
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m netgain.server")
-    parser.add_argument("--debug", action="store_true")
-    sub = parser.add_subparsers(dest="command")
-    cli.add_parser(sub)
-    debug_after_command(sub)
-    args = parser.parse_args(["serve", *sys.argv[1:]])
-    from netgain.loadgen.cli import dispatch
-
-    return dispatch(parser, args)
-
+from netgain.cli.serve import standalone_main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(standalone_main())

@@ -88,7 +88,7 @@ def server_env() -> dict[str, str]:
 
 def netgain_cmd(*args: str) -> list[str]:
     """``netgain ARGS`` as the tests start it: this interpreter, the source tree on the path."""
-    return [sys.executable, "-m", "netgain.loadgen.cli", *args]
+    return [sys.executable, "-m", "netgain.cli", *args]
 
 
 def run_netgain(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:

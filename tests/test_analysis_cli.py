@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from analysis_fixtures import make_run
 
-from netgain.loadgen import cli_report
-from netgain.loadgen.cli import dispatch
+from netgain.cli import dispatch
+from netgain.cli import report as cli_report
 
 
 def _run(argv: list[str]) -> int:

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from netgain.server.cliargs import CliError, env_name, flag, key_values
+from netgain.cli.args import CliError, env_name, flag, key_values
 
 
 def test_cli_key_values_and_env_names() -> None:
@@ -33,7 +33,7 @@ def test_cli_help_shows_zero_defaults_and_hides_unset_ones() -> None:
 
 
 def test_debug_is_taken_before_or_after_a_subcommand() -> None:
-    from netgain.loadgen.cli import build_parser
+    from netgain.cli import build_parser
 
     parse = build_parser().parse_args
     assert parse(["trace", "inspect", "t.csv", "--debug"]).debug is True  # nested subcommand

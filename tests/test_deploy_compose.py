@@ -37,7 +37,7 @@ def command(svc: str) -> list[str]:
 
 def netgain_parser() -> Any:
     try:
-        from netgain.loadgen.cli import build_parser
+        from netgain.cli import build_parser
     except ImportError as exc:  # pragma: no cover
         pytest.xfail(f"netgain's CLI not importable yet: {exc}")
     return build_parser()
@@ -76,8 +76,8 @@ def test_services_present() -> None:
 def test_server_commands_agree_with_code(svc: str) -> None:
     args = command(svc)
     assert args[0] == "serve"
-    from netgain.loadgen.cli import dispatch  # noqa: F401 - python -m netgain.server needs it
-    from netgain.server.cli import config_from_args
+    from netgain.cli import dispatch  # noqa: F401 - python -m netgain.server needs it
+    from netgain.cli.serve import config_from_args
 
     unknown = {a.split("=")[0] for a in args if a.startswith("--")} - serve_help_flags()
     assert not unknown, f"not in `python -m netgain.server --help`: {unknown}"

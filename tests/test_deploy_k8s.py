@@ -101,17 +101,17 @@ def test_manifest_is_a_valid_model(doc: dict[str, Any]) -> None:
 
 
 def serve_parser() -> argparse.ArgumentParser:
-    from netgain.server import cli
+    from netgain.cli import serve
 
     p = argparse.ArgumentParser(prog="netgain")
     sub = p.add_subparsers(dest="command")
-    cli.add_parser(sub)
+    serve.add_parser(sub)
     return p
 
 
 def netgain_parser() -> argparse.ArgumentParser:
     try:
-        from netgain.loadgen.cli import build_parser
+        from netgain.cli import build_parser
     except ImportError as exc:  # pragma: no cover - while the load generator is being built
         pytest.xfail(f"netgain's CLI not importable yet: {exc}")
     return build_parser()
@@ -168,7 +168,7 @@ def test_server_deployment_agrees_with_code(doc: dict[str, Any]) -> None:
     unknown = flags_of(args) - serve_help_flags()
     assert not unknown, f"flags not in `python -m netgain.server --help`: {unknown}"
     parsed = serve_parser().parse_args(args)  # values and choices too
-    from netgain.server.cli import config_from_args
+    from netgain.cli.serve import config_from_args
 
     cfg = config_from_args(parsed)
     assert cfg.host == "0.0.0.0", (

@@ -11,7 +11,7 @@ data. Two kinds are exempt, and say so in their test ids:
   deploy/prometheus/tests/rules_test.yml (`promtool test rules`).
 - Client expressions (netgain_client_*, exported by the `netgain load` master) need the
   load generator: the stack runs `netgain load --metrics-port` beside the server, and Prometheus
-  scrapes the master too (in a tree without `loadgen.cli_load` they would be xfail, saying why).
+  scrapes the master too (in a tree without `netgain.cli.load` they would be xfail, saying why).
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ cq = importlib.util.module_from_spec(_spec)
 sys.modules["netgain_check_queries"] = cq
 _spec.loader.exec_module(cq)
 
-LOADGEN_RUNNABLE = importlib.util.find_spec("netgain.loadgen.cli_load") is not None
+LOADGEN_RUNNABLE = importlib.util.find_spec("netgain.cli.load") is not None
 CLIENT_PENDING = (
-    "client metrics need `netgain load` (loadgen.cli_load not importable yet): pending the load generator"
+    "client metrics need `netgain load` (netgain.cli.load not importable yet): pending the load generator"
 )
 SETTLE_S = 45.0  # longest wait for every expected query to have data
 
@@ -357,7 +357,7 @@ class Stack:
             [
                 sys.executable,
                 "-m",
-                "netgain.loadgen.cli",
+                "netgain.cli",
                 "load",
                 "--target",
                 f"127.0.0.1:{self.grpc_port}",

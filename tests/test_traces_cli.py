@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from netgain.loadgen.cli_trace import add_parser
+from netgain.cli.args import CliError
+from netgain.cli.trace import add_parser
 from netgain.loadgen.traces import read_trace, synthesize, write_trace
-from netgain.server.cliargs import CliError
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:

@@ -105,7 +105,7 @@ def run_profile(
             [
                 sys.executable,
                 "-m",
-                "netgain.loadgen.cli",
+                "netgain.cli",
                 "load",
                 "--target",
                 sp.target,

@@ -1,4 +1,10 @@
-"""The ``netgain`` command: one entry point, one subcommand per job."""
+"""The ``netgain`` command: one entry point, one subcommand per job, one module per subcommand.
+
+``serve`` (netgain.cli.serve), ``load``, ``report``, ``trace``, ``compare``/``drill``/``profile``
+(netgain.cli.experiments) and ``demo``; ``args`` holds the flag helpers (every flag also reads
+``NETGAIN_<FLAG>``) and ``CliError``. The library (netgain.server, netgain.loadgen) never imports
+this package: it raises ``netgain.errors.NetgainError``, which ``dispatch`` prints as one line.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +13,12 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from netgain.cli.args import debug_after_command
 from netgain.errors import NetgainError
-from netgain.server.cliargs import debug_after_command
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from netgain.loadgen import cli_demo, cli_experiments, cli_load, cli_report, cli_trace
-    from netgain.server import cli as serve_cli
+    from netgain.cli import demo, experiments, load, report, serve, trace
 
     parser = argparse.ArgumentParser(
         prog="netgain",
@@ -21,12 +26,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    serve_cli.add_parser(sub)
-    cli_load.add_parser(sub)
-    cli_report.add_parser(sub)
-    cli_trace.add_parser(sub)
-    cli_experiments.add_parser(sub)
-    cli_demo.add_parser(sub)
+    serve.add_parser(sub)
+    load.add_parser(sub)
+    report.add_parser(sub)
+    trace.add_parser(sub)
+    experiments.add_parser(sub)
+    demo.add_parser(sub)
     debug_after_command(sub)
     return parser
 
@@ -56,7 +61,3 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             raise
         print(f"netgain {args.command}: error: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -6,7 +6,7 @@ import argparse
 import os
 from typing import Any
 
-from netgain.server.cliargs import CliError, flag
+from netgain.cli.args import CliError, flag
 
 
 def add_parser(sub: Any) -> None:
@@ -86,6 +86,6 @@ def run(args: argparse.Namespace) -> int:
         )
     if rc not in (0, 3, 4):
         raise CliError(f"netgain load failed with exit status {rc}")
-    from netgain.loadgen.cli import main as netgain_main
+    from netgain.cli import main as netgain_main
 
     return netgain_main(["report", args.out, "--span-log", os.path.join(args.out, "spans.jsonl")])

@@ -9,7 +9,7 @@ import shlex
 import sys
 from typing import Any
 
-from netgain.server.cliargs import CliError, flag
+from netgain.cli.args import CliError, flag
 
 
 def _ints(raw: str, what: str) -> list[int]:

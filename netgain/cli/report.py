@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from netgain.server.cliargs import CliError, flag
+from netgain.cli.args import CliError, flag
 
 FORMATS = ("text", "json", "markdown", "html")
 

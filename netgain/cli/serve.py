@@ -1,13 +1,15 @@
-"""``netgain serve``: flags → ServeConfig → server. Heavy imports happen after parsing,
-so the cold-start timeline can show what importing torch and grpc costs."""
+"""``netgain serve`` (and ``python -m netgain.server``): flags → ServeConfig → server. Heavy imports
+happen after parsing, so the cold-start timeline can show what importing torch and grpc costs."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
-from netgain.server.cliargs import CliError, flag, key_values
+from netgain.cli.args import CliError, debug_after_command, flag, key_values
 
 MIB = 1024 * 1024
 
@@ -175,3 +177,16 @@ def run(args: argparse.Namespace) -> int:
         return run_server(cfg, cold)
     except ValueError as exc:
         raise CliError(str(exc)) from None
+
+
+def standalone_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m netgain.server [serve flags]``: the server alone, same flags as ``netgain serve``."""
+    parser = argparse.ArgumentParser(prog="python -m netgain.server")
+    parser.add_argument("--debug", action="store_true")
+    sub = parser.add_subparsers(dest="command")
+    add_parser(sub)
+    debug_after_command(sub)
+    args = parser.parse_args(["serve", *(sys.argv[1:] if argv is None else argv)])
+    from netgain.cli import dispatch
+
+    return dispatch(parser, args)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from netgain.server.cliargs import CliError, flag
+from netgain.cli.args import CliError, flag
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
