@@ -107,6 +107,7 @@ def run_rate(target: str, a: argparse.Namespace, rate: float, out: str) -> dict[
         "load", "--target", target, "--arrival", "poisson", "--rate", f"{rate:.0f}",
         "--duration", str(a.duration), "--warmup-s", str(a.warmup_s), "--workers", str(a.load_workers),
         "--model", a.model, "--out", out, "--quiet", "--seed", "1", "--timeout-s", "5",
+        "--connections", str(a.connections),
     ]  # fmt: skip
     subprocess.run(netgain(*load), stdin=subprocess.DEVNULL, check=False)
     subprocess.run(netgain("report", out), stdout=subprocess.DEVNULL, check=False)
@@ -143,6 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="auto", help="netgain serve --workers")
     ap.add_argument("--pre-threads", type=int, default=1)
     ap.add_argument("--load-workers", type=int, default=4)
+    ap.add_argument(
+        "--connections",
+        type=int,
+        default=16,
+        help="per load worker: the kernel spreads connections over frontends",
+    )
     ap.add_argument("--slo-ms", type=float, default=100.0)
     ap.add_argument("--duration", type=float, default=8.0)
     ap.add_argument("--warmup-s", type=float, default=2.0)
