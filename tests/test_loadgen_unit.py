@@ -13,13 +13,14 @@ from netgain.contract.messages import Plan
 from netgain.contract.records import RECORD_COLUMNS, empty_columns
 from netgain.loadgen.payloads import PayloadFactory, size_bucket
 from netgain.loadgen.runner.engine import parse_trailers
-from netgain.loadgen.runner.live import LogHistogram
+from netgain.loadgen.runner.live import LIVE_BOUNDS
 from netgain.loadgen.runner.scrape import Samples
 from netgain.loadgen.runner.sink import RecordSink
 from netgain.loadgen.runner.wire import records_batch
 from netgain.loadgen.schedule import from_trace
 from netgain.loadgen.traces import synthesize
 from netgain.protos import pb
+from netgain.stats import histogram as nh
 
 
 def test_seeded_schedule_is_exact() -> None:
@@ -118,16 +119,16 @@ def test_parse_trailers() -> None:
     assert unbatched["queue_ms"] == 0.5 and unbatched["batch_id"] is None and unbatched["batch_size"] is None
 
 
-def test_log_histogram_percentiles_within_one_percent() -> None:
+def test_live_histogram_percentiles_within_one_percent() -> None:
     rng = np.random.default_rng(0)
     values = rng.lognormal(mean=np.log(5e6), sigma=0.8, size=50_000).astype(np.int64)  # ~5 ms
-    h = LogHistogram()
-    h.add_many(values[:20_000])
-    h.add_many(values[20_000:])
+    h = nh.Histogram(LIVE_BOUNDS)
+    h.add(values[:20_000] / 1e9)
+    h.add(values[20_000:] / 1e9)
     for q in (50, 90, 99, 99.9):
         exact = np.percentile(values, q, method="inverted_cdf") / 1e6
-        assert abs(h.percentile_ms(q) - exact) / exact < 0.011
-    assert np.isnan(LogHistogram().percentile_ms(50))
+        assert abs(h.quantile(q / 100) * 1e3 - exact) / exact < 0.011
+    assert np.isnan(nh.Histogram(LIVE_BOUNDS).quantile(0.5))
 
 
 def _histogram_samples(registry: Any) -> dict[tuple[str, str], float]:
@@ -145,8 +146,7 @@ def _histogram_samples(registry: Any) -> dict[tuple[str, str], float]:
 def test_array_histogram_exports_what_prometheus_histogram_does() -> None:
     from prometheus_client import CollectorRegistry, Histogram
 
-    from netgain.server.telemetry.histograms import ArrayHistogram
-    from netgain.server.telemetry.metrics import DURATION_BUCKETS
+    DURATION_BUCKETS, ArrayHistogram = nh.DURATION_BUCKETS, nh.PrometheusHistogram
 
     rng = np.random.default_rng(1)
     # lognormal around 5 ms, every bucket bound itself (le: counted in that bucket), 0 and past +Inf
@@ -165,6 +165,13 @@ def test_array_histogram_exports_what_prometheus_histogram_does() -> None:
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-12), key
     assert got[("x_seconds_count", "")] == values.size
+    # One histogram with finer buckets (the live view's, DURATION_BUCKETS among them) exports the same.
+    fine_reg = CollectorRegistry()
+    fine = ArrayHistogram("x_seconds", "x", DURATION_BUCKETS, fine_reg, hist=nh.Histogram(LIVE_BOUNDS))
+    fine.observe_many(values)
+    assert _histogram_samples(fine_reg) == pytest.approx(want, rel=1e-12)
+    with pytest.raises(ValueError, match="bounds of the histogram"):
+        ArrayHistogram("w_seconds", "w", [0.0015], hist=nh.Histogram(DURATION_BUCKETS))
     with_inf = ArrayHistogram("y_seconds", "y", [*DURATION_BUCKETS, float("inf")])
     assert with_inf.bounds.tolist() == list(DURATION_BUCKETS)
     with pytest.raises(ValueError, match="strictly increasing"):

@@ -1,8 +1,7 @@
-"""Exact percentiles, seeded bootstrap intervals and the enough-samples check.
+"""Seeded bootstrap intervals, the enough-samples check and the report's per-phase summaries.
 
-Percentiles use the nearest-rank definition (numpy ``method="inverted_cdf"``): the reported
-p99 is a latency some request actually had, the smallest one that at least 99 % of requests
-did not exceed. It needs no interpolation and is what MLPerf LoadGen reports.
+Percentiles are ``netgain.stats.quantiles``' (its docstring states the one policy, nearest-rank);
+``QUANTILES``, ``rank`` and ``summarize`` are re-exported here for the report's modules.
 """
 
 from __future__ import annotations
@@ -12,22 +11,20 @@ from typing import Any
 
 import numpy as np
 
-QUANTILES = {"p50": 0.50, "p90": 0.90, "p95": 0.95, "p99": 0.99, "p999": 0.999}
+from netgain.stats.quantiles import QUANTILES, median, quantiles, rank, summarize
 
-
-def rank(n: int, q: float) -> int:
-    """0-based index of the nearest-rank q-quantile in a sorted array of n values."""
-    return max(0, min(n - 1, math.ceil(q * n - 1e-9) - 1))
-
-
-def summarize(sorted_ms: np.ndarray) -> dict[str, float | None]:
-    """p50..p999 and max of an ascending array (None when empty)."""
-    n = len(sorted_ms)
-    out: dict[str, float | None] = {
-        k: (float(sorted_ms[rank(n, q)]) if n else None) for k, q in QUANTILES.items()
-    }
-    out["max"] = float(sorted_ms[-1]) if n else None
-    return out
+__all__ = [
+    "QUANTILES",
+    "bootstrap_quantile",
+    "bootstrap_rate",
+    "drift",
+    "enough_samples",
+    "interval",
+    "phase_stats",
+    "rank",
+    "slope",
+    "summarize",
+]
 
 
 def phase_stats(values: np.ndarray) -> dict[str, float | None]:
@@ -36,16 +33,8 @@ def phase_stats(values: np.ndarray) -> dict[str, float | None]:
     n = len(v)
     if not n:
         return {"mean": None, "p50": None, "p90": None, "p99": None, "max": None, "n": 0}
-    ks = sorted({rank(n, 0.5), rank(n, 0.9), rank(n, 0.99), n - 1})
-    part = np.partition(v, ks)
-    return {
-        "mean": float(v.mean()),
-        "p50": float(part[rank(n, 0.5)]),
-        "p90": float(part[rank(n, 0.9)]),
-        "p99": float(part[rank(n, 0.99)]),
-        "max": float(part[n - 1]),
-        "n": n,
-    }
+    p50, p90, p99, top = quantiles(v, [0.5, 0.9, 0.99, 1.0])
+    return {"mean": float(v.mean()), "p50": p50, "p90": p90, "p99": p99, "max": top, "n": n}
 
 
 def bootstrap_quantile(sorted_ms: np.ndarray, q: float, draws: int, rng: np.random.Generator) -> np.ndarray:
@@ -78,8 +67,8 @@ def interval(draws: np.ndarray, conf: float = 0.95) -> list[float] | None:
     """Percentile interval of a bootstrap distribution, [low, high]."""
     if len(draws) == 0:
         return None
-    lo, hi = np.quantile(draws, [(1 - conf) / 2, 1 - (1 - conf) / 2])
-    return [float(lo), float(hi)]
+    lo, hi = quantiles(draws, [(1 - conf) / 2, 1 - (1 - conf) / 2])
+    return [lo, hi]
 
 
 def _binom_upper_tail(n: int, p: float) -> tuple[int, np.ndarray]:
@@ -149,7 +138,7 @@ def drift(latency_ms: np.ndarray, scheduled_s: np.ndarray) -> dict[str, Any]:
     a, b = lat[t < mid], lat[t >= mid]
     if not len(a) or not len(b):
         return {"first_half_p50_ms": None, "second_half_p50_ms": None, "ratio": None}
-    pa_, pb_ = (float(np.partition(x, rank(len(x), 0.5))[rank(len(x), 0.5)]) for x in (a, b))
+    pa_, pb_ = median(a), median(b)
     return {"first_half_p50_ms": pa_, "second_half_p50_ms": pb_, "ratio": pb_ / pa_ if pa_ > 0 else None}
 
 

@@ -6,20 +6,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from netgain.contract.phases import PHASES
 from netgain.server.telemetry.histograms import DurationHistograms
+from netgain.stats.histogram import DURATION_BUCKETS, log_buckets
 
-
-def log_buckets(lo: float = 1e-5, hi: float = 10.0, per_decade: int = 4) -> tuple[float, ...]:
-    """Log-spaced histogram bounds from ``lo`` to ``hi`` seconds (10 µs .. 10 s by default)."""
-    out: list[float] = []
-    v = lo
-    step = 10 ** (1 / per_decade)
-    while v <= hi * 1.0001:
-        out.append(float(f"{v:.3g}"))
-        v *= step
-    return tuple(out)
-
-
-DURATION_BUCKETS = log_buckets()
 BATCH_BUCKETS = tuple(float(2**i) for i in range(11))  # 1 .. 1024 items
 
 
