@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from common import null_servers, table
 
 from netgain.loadgen.orchestrate import free_port, run_load
+from netgain.stats.quantiles import quantile
 
 LOCUSTFILE = '''
 import time, grpc, grpc.experimental.gevent as grpc_gevent
@@ -112,8 +113,8 @@ def ours(target: str, out: str, rate: float, duration: float, workers: int, in_f
         "worker_cpu_max": max(cpu.values()) if cpu else float("nan"),
         "ok": int(ok.sum()),
         "achieved_rps": measured.sum() / span,
-        "lag_p50_ms": float(np.percentile(lag_ms, 50)),
-        "lag_p99_ms": float(np.percentile(lag_ms, 99)),
+        "lag_p50_ms": quantile(lag_ms, 0.5),
+        "lag_p99_ms": quantile(lag_ms, 0.99),
         "ks": ks_statistic(np.diff(sched[measured][order]) / 1e6, np.diff(sent[measured][order]) / 1e6),
         "service_ms": (done[ok & measured] - sent[ok & measured]) / 1e6,
         "server_ms": np.asarray(t["server_total_ms"], dtype=float)[ok & measured],
@@ -286,8 +287,8 @@ def main() -> None:
         # Accuracy: percentiles of our service time and stock Locust's against the server's own totals.
         srv = fid["server_ms"]
         for q in (50, 99):
-            s = float(np.percentile(srv, q))
-            o = float(np.percentile(fid["service_ms"], q))
+            s = quantile(srv, q / 100)
+            o = quantile(fid["service_ms"], q / 100)
             rows.append(
                 [
                     f"accuracy p{q}",

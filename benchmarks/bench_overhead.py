@@ -17,11 +17,11 @@ import os
 import statistics
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import psutil
 from common import pinned, run_alternating, run_clients, split_cpus, table
 
 from netgain.loadgen.orchestrate import ServerProcess
+from netgain.stats.quantiles import median
 
 MODELS = {
     "null": ["--max-batch-size", "32"],
@@ -117,7 +117,7 @@ def measure_side_by_side(
             on_ms, off_ms = run_alternating(
                 [servers[True].target, servers[False].target], model, duration=duration, options=opts
             )
-        p50 = {True: float(np.median(on_ms)), False: float(np.median(off_ms))}
+        p50 = {True: median(on_ms), False: median(off_ms)}
         return {
             instr: (saturated[instr][0], p50[instr], saturated[instr][1], saturated[instr][2])
             for instr in (True, False)

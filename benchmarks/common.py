@@ -46,7 +46,10 @@ class LoadResult:
         return self.ok * self.items / self.seconds
 
     def pct(self, q: float) -> float:
-        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms.size else float("nan")
+        """The nearest-rank q-th percentile (q in percent) of latency; NaN without any."""
+        from netgain.stats.quantiles import quantile
+
+        return quantile(self.latencies_ms, q / 100)
 
 
 async def _closed_loop(

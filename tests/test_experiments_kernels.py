@@ -116,7 +116,7 @@ def test_span_check_against_span_log(tmp_path: Path) -> None:
     check = span_check(windows(tmp_path, events), kernel_spans(str(log)))
     assert check["batches"] == 2 and check["unbracketed"] == 0
     assert check["within_5pct"] == 0.5  # batch 2 at exactly 5 %, batch 1 at 76 %
-    assert check["median_error"] == pytest.approx((0.76 + 0.05) / 2)
+    assert check["median_error"] == pytest.approx(0.05)  # nearest-rank p50 of two: the lower one
     assert check["idle_before_first_us_median"] == pytest.approx(8.0)
     assert check["idle_after_last_us_median"] == pytest.approx(30.0)
     assert span_check({}, {}) == {"batches": 0}

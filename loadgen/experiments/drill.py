@@ -25,6 +25,7 @@ from netgain.errors import NetgainError
 from netgain.loadgen.orchestrate import ServerProcess, free_port, run_load
 from netgain.loadgen.payloads import example_maker
 from netgain.protos import InferenceStub, pb
+from netgain.stats.quantiles import quantiles
 
 
 def _first_success(target: str, request: pb.InferRequest, timeout_s: float) -> float:
@@ -70,12 +71,14 @@ def _options(serve_args: list[str]) -> dict[str, str]:
 
 
 def distribution(values: list[float]) -> dict[str, float]:
+    """n, min, median and p90 (nearest-rank, ``netgain.stats.quantiles``), max, mean."""
     values = sorted(values)
+    med, p90 = quantiles(values, [0.5, 0.9])
     return {
         "n": len(values),
         "min": values[0],
-        "median": statistics.median(values),
-        "p90": values[min(len(values) - 1, int(0.9 * len(values)))],
+        "median": med,
+        "p90": p90,
         "max": values[-1],
         "mean": statistics.fmean(values),
     }

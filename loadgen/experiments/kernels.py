@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from netgain.stats.quantiles import median, quantile
+
 
 @dataclass(frozen=True)
 class KernelWindow:
@@ -148,12 +150,12 @@ def span_check(windows: dict[int, KernelWindow], kernel_ms: dict[int, float]) ->
     err = errors["span"]
     return {
         "batches": len(pairs),
-        "median_error": float(np.median(err)),
-        "p99_error": float(np.percentile(err, 99)),
+        "median_error": median(err),
+        "p99_error": quantile(err, 0.99),
         "within_5pct": float((err <= 0.05).mean()),
-        "median_error_without_idle": float(np.median(errors["less_idle"])),
-        "window_ms_median": float(np.median([w.window_ms for _, w in pairs])),
-        "idle_before_first_us_median": float(np.median([w.idle_before_ms for _, w in pairs]) * 1e3),
-        "idle_after_last_us_median": float(np.median([w.idle_after_ms for _, w in pairs]) * 1e3),
+        "median_error_without_idle": median(errors["less_idle"]),
+        "window_ms_median": median([w.window_ms for _, w in pairs]),
+        "idle_before_first_us_median": median([w.idle_before_ms for _, w in pairs]) * 1e3,
+        "idle_after_last_us_median": median([w.idle_after_ms for _, w in pairs]) * 1e3,
         "unbracketed": sum(1 for _, w in pairs if not w.bracketed),
     }

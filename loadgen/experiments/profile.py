@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from netgain.contract.phases import PHASES
 from netgain.loadgen.experiments.kernels import kernel_spans, profiler_windows, span_check
 from netgain.loadgen.orchestrate import ServerProcess
 from netgain.protos import InferenceStub, pb
+from netgain.stats.quantiles import median
 
 
 def phase_medians(span_log: str) -> dict[str, float]:
@@ -31,7 +31,7 @@ def phase_medians(span_log: str) -> dict[str, float]:
     ok = [r for r in rows if r["code"] == "OK"]
     if not ok:
         return {}
-    return {p: statistics.median(r[f"{p}_ms"] for r in ok) for p in (*PHASES, "total")}
+    return {p: median([r[f"{p}_ms"] for r in ok]) for p in (*PHASES, "total")}
 
 
 def trace_top_ops(trace_path: str, top: int = 8) -> dict[str, Any]:

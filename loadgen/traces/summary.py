@@ -7,18 +7,16 @@ from typing import Any
 import numpy as np
 
 from netgain.loadgen.traces.model import Trace
-
-PERCENTILES = (50, 90, 95, 99, 99.9)
+from netgain.stats.quantiles import summarize
 
 
 def _pct(values: np.ndarray, scale: float = 1.0) -> dict[str, float]:
+    """p50 p90 p95 p99 p999 (nearest-rank: values the trace has), min, mean, max; {} when empty."""
     if values.shape[0] == 0:
         return {}
-    q = np.percentile(values, PERCENTILES) * scale
-    out = {f"p{p:g}".replace(".", ""): float(v) for p, v in zip(PERCENTILES, q, strict=True)}
-    out.update(
-        min=float(values.min() * scale), mean=float(values.mean() * scale), max=float(values.max() * scale)
-    )
+    s = np.sort(values.astype(np.float64)) * scale
+    out = {k: float(v) for k, v in summarize(s).items() if k != "max" and v is not None}
+    out.update(min=float(s[0]), mean=float(values.mean() * scale), max=float(s[-1]))
     return out
 
 
