@@ -32,6 +32,7 @@ from common import run_clients, table
 from netgain.contract.phases import PHASES
 from netgain.loadgen.experiments.kernels import kernel_spans, matched, profiler_windows, span_errors
 from netgain.loadgen.orchestrate import ServerProcess
+from netgain.stats.quantiles import median, quantile
 
 
 def phase_sum_errors(span_log: str) -> np.ndarray:
@@ -137,8 +138,8 @@ def kernel_rows(
                 [
                     name,
                     e.size,
-                    f"{np.median(e) * 100:.3f} %",
-                    f"{np.percentile(e, 99) * 100:.3f} %",
+                    f"{median(e) * 100:.3f} %",
+                    f"{quantile(e, 0.99) * 100:.3f} %",
                     f"{(e <= 0.05).mean() * 100:.2f} % (<=5 %)",
                 ]
             )
@@ -146,10 +147,10 @@ def kernel_rows(
         leads = [w.idle_before_ms for _, w in pairs]
         tails = [w.idle_after_ms for _, w in pairs]
         print(
-            f"{label}: profiler window median {np.median([w.window_ms for _, w in pairs]):.3f} ms; "
-            f"GPU idle between copy and first kernel median {np.median(leads) * 1e3:.0f} us "
+            f"{label}: profiler window median {median([w.window_ms for _, w in pairs]):.3f} ms; "
+            f"GPU idle between copy and first kernel median {median(leads) * 1e3:.0f} us "
             f"(max {max(leads) * 1e3:.0f}); "
-            f"last kernel to end-event record median {np.median(tails) * 1e3:.0f} us "
+            f"last kernel to end-event record median {median(tails) * 1e3:.0f} us "
             f"(max {max(tails) * 1e3:.0f}) over {len(pairs)} batches"
         )
         by_tail = sorted((w.idle_after_ms, b) for b, w in windows.items() if b in host_log)
@@ -219,8 +220,8 @@ def main() -> None:
         [
             "phases vs total",
             len(errs),
-            f"{np.median(errs) * 100:.3f} %",
-            f"{np.percentile(errs, 99) * 100:.3f} %",
+            f"{median(errs) * 100:.3f} %",
+            f"{quantile(errs, 0.99) * 100:.3f} %",
             f"{(errs <= 0.02).mean() * 100:.2f} %",
         ]
     )
@@ -236,8 +237,8 @@ def main() -> None:
         unprofiled, spans, trace_path = standalone(a, opts, tmp)
         rows += kernel_rows("standalone, ranges-only", trace_path, spans, a.explain, a.cuda_graphs)
         if quiet:
-            srv = np.median(list(quiet.values())) * 1e3
-            alone = np.median(unprofiled) * 1e3
+            srv = median(list(quiet.values())) * 1e3
+            alone = median(unprofiled) * 1e3
             print(
                 f"unprofiled, one batch at a time: kernel span median {srv:.1f} us in the server "
                 f"({len(quiet)} batches), {alone:.1f} us standalone ({len(unprofiled)}): "
