@@ -31,7 +31,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO)]
 
-from test_reliability_common import (  # noqa: E402
+from reliability_helpers import (  # noqa: E402
     RssSampler,
     accounted,
     overload_summary,

@@ -16,7 +16,7 @@ import grpc
 import numpy as np
 import pytest
 from conftest import netgain_cmd, read_meta, read_rows, server_env
-from test_reliability_common import (
+from reliability_helpers import (
     REPO_ROOT,
     accounted,
     requests_by_code,

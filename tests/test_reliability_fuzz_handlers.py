@@ -18,7 +18,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from test_reliability_common import encoded_image, jpeg_with_declared_size, png_bomb
+from reliability_helpers import encoded_image, jpeg_with_declared_size, png_bomb
 
 from netgain.protos import pb
 from netgain.server.handlers.base import Handler, InvalidInput

@@ -20,7 +20,7 @@ import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_reliability_common import requests_by_code, wait_for_counts
+from reliability_helpers import requests_by_code, wait_for_counts
 from test_reliability_fuzz_handlers import feature_vectors, image_payloads, text_payloads
 
 from netgain.protos import pb

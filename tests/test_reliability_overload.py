@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import read_meta, read_rows, server_env
-from test_reliability_common import (
+from reliability_helpers import (
     RssSampler,
     accounted,
     overload_summary,

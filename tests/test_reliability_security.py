@@ -21,7 +21,7 @@ from conftest import server_env
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 from prometheus_client.parser import text_string_to_metric_families
-from test_reliability_common import REPO_ROOT, run_load
+from reliability_helpers import REPO_ROOT, run_load
 
 from netgain.protos import InferenceStub, pb
 
