@@ -116,6 +116,7 @@ class Recorder:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="netgain-recorder", daemon=True)
         self.kernel_ns_total = 0
+        self.pid = os.getpid()  # which process answered: with --workers, one of the frontends
 
     def start(self) -> None:
         self._thread.start()
@@ -194,6 +195,7 @@ class Recorder:
             logged = [self._logged.popleft() for _ in range(len(self._logged))]
             for p, total_ns in logged:
                 rec = span_record(p, total_ns, p.arrival_ns + self.wall_offset_ns)
+                rec["pid"] = self.pid
                 lines.append(json.dumps(rec, separators=(",", ":")) + "\n")
         if lines and self.span_log is not None:
             self.span_log.write(lines)

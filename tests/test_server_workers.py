@@ -1,0 +1,172 @@
+"""``netgain serve --workers N``: real frontend processes and a device process on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import grpc
+import psutil
+import pytest
+from conftest import REPO_ROOT, server_env
+from prometheus_client.parser import text_string_to_metric_families
+
+from netgain.contract.payloads import null_bytes, synthetic_jpeg
+from netgain.contract.phases import PHASES, TIMING_KEY, parse_trailer
+from netgain.protos import InferenceStub, pb
+
+pytestmark = pytest.mark.slow
+
+
+def channels(target: str, n: int) -> list[grpc.Channel]:
+    """``n`` channels with a TCP connection each: the kernel spreads connections over frontends."""
+    return [grpc.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)]) for _ in range(n)]
+
+
+def burst(target: str, model: str, conns: int, per_conn: int, seed: int = 0) -> list[tuple[Any, Any]]:
+    """Every connection sends ``per_conn`` requests at once (threads start together); returns
+    (response or RpcError, trailing metadata) for each."""
+    rng = random.Random(seed)
+    make = (lambda: synthetic_jpeg(rng, 20_000)) if model == "image" else (lambda: null_bytes(rng, 64))
+    reqs = [pb.InferRequest(inputs=[pb.Input(data=make())]) for _ in range(8)]
+    chans = channels(target, conns)
+    out: list[tuple[Any, Any]] = []
+    lock = threading.Lock()
+    gate = threading.Barrier(conns)
+
+    def client(i: int) -> None:
+        stub = InferenceStub(chans[i])
+        gate.wait()
+        for j in range(per_conn):
+            try:
+                resp, call = stub.Infer.with_call(
+                    reqs[(i + j) % len(reqs)], metadata=[("x-request-id", f"c{i}-{j}")], timeout=60
+                )
+                item = (resp, dict(call.trailing_metadata()))
+            except grpc.RpcError as exc:
+                item = (exc, dict(exc.trailing_metadata() or ()))
+            with lock:
+                out.append(item)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for c in chans:
+        c.close()
+    return out
+
+
+def frontends(handle: Any) -> list[psutil.Process]:
+    """The supervisor's children that listen on the gRPC port."""
+    kids = psutil.Process(handle.pid).children()
+    return [k for k in kids if any(c.laddr.port == handle.grpc_port for c in k.net_connections("tcp"))]
+
+
+def test_workers_answer_many_connections_with_every_phase_and_batch_across_frontends(
+    start_server: Any,
+) -> None:
+    s = start_server(
+        "--model", "image", "--workers", "2", "--max-batch-size", "16", "--max-queue-delay-ms", "30",
+        "--handler-option", "size=64",
+    )  # fmt: skip
+    results = []
+    mixed: set[int] = set()
+    for rnd in range(10):  # bounded: stops at the first round whose batches mix both frontends
+        results += burst(s.target, "image", 16, 2, seed=rnd)
+        time.sleep(0.3)  # the recorder drains span lines every 50 ms
+        by_batch: dict[int, set[int]] = defaultdict(set)
+        for rec in s.span_lines():
+            if rec["code"] == "OK":
+                by_batch[rec["batch_id"]].add(rec["pid"])
+        mixed = {b for b, pids in by_batch.items() if len(pids) > 1}
+        if mixed:
+            break
+    assert all(isinstance(r, pb.InferResponse) for r, _ in results), [r for r, _ in results][:3]
+    for resp, trailers in results:
+        phases, _ = parse_trailer(trailers[TIMING_KEY])
+        assert set(PHASES) <= set(phases), trailers[TIMING_KEY]
+        parts = sum(phases[p] for p in PHASES)
+        assert abs(parts - phases["total"]) <= 0.02 * phases["total"] + 0.01, trailers[TIMING_KEY]
+        assert len(resp.outputs) == 1 and resp.batch_size >= 1
+    pids = {rec["pid"] for rec in s.span_lines()}
+    assert len(pids) == 2, pids  # 16 connections: both frontends answered
+    assert pids == {p.pid for p in frontends(s)}
+    assert mixed, "no batch held requests of both frontends in 10 bursts"
+
+
+def test_metrics_of_every_process_on_one_endpoint(start_server: Any) -> None:
+    s = start_server("--model", "null", "--workers", "2")
+    results = burst(s.target, "null", 8, 5)
+    assert all(isinstance(r, pb.InferResponse) for r, _ in results)
+    deadline = time.monotonic() + 20
+    while True:
+        fams = {f.name: f for f in text_string_to_metric_families(s.metrics_text())}
+        ok = [x.value for x in fams["netgain_requests"].samples if x.labels.get("code") == "OK"]
+        if (ok and ok[0] == 40) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ok == [40.0]
+    count = [x.value for x in fams["netgain_request_duration_seconds"].samples if x.name.endswith("_count")]
+    assert count == [40.0]
+    batches = [x.value for x in fams["netgain_batches"].samples if x.name.endswith("_total")]
+    assert batches and batches[0] >= 1  # the device process's counter, on the same endpoint
+    assert [x.value for x in fams["netgain_ready"].samples] == [1.0]
+    assert "# EOF" in s.metrics_text(openmetrics=True)
+
+
+def test_a_killed_frontend_leaves_the_others_serving(start_server: Any) -> None:
+    s = start_server("--model", "null", "--workers", "2")
+    fronts = frontends(s)
+    assert len(fronts) == 2
+    fronts[0].kill()
+    fronts[0].wait(10)
+    deadline = time.monotonic() + 30
+    while "1 of 2 frontends still serving" not in s.output() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert f"pid {fronts[0].pid}) exited with status -9" in s.output()
+    results = burst(s.target, "null", 4, 5)  # new connections reach the frontend left
+    assert all(isinstance(r, pb.InferResponse) for r, _ in results), [r for r, _ in results][:3]
+    assert s.proc.poll() is None
+
+
+def test_sigterm_drains_every_process(start_server: Any) -> None:
+    s = start_server("--model", "image", "--workers", "2", "--max-queue-delay-ms", "50")
+    kids = psutil.Process(s.pid).children()
+    assert len(kids) == 3  # two frontends and the device process
+    results: list[tuple[Any, Any]] = []
+    sender = threading.Thread(target=lambda: results.extend(burst(s.target, "image", 8, 3)))
+    sender.start()
+    deadline = time.monotonic() + 30
+    while not s.span_lines() and time.monotonic() < deadline:  # requests are flowing
+        time.sleep(0.05)
+    s.proc.send_signal(signal.SIGTERM)
+    sender.join(120)
+    assert s.proc.wait(90) == 0
+    codes = {r.code() if isinstance(r, grpc.RpcError) else grpc.StatusCode.OK for r, _ in results}
+    assert grpc.StatusCode.OK in codes and codes <= {grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE}, codes
+    assert not [k for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
+    out = s.output()
+    assert "draining" in out and "stopped" in out
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_second_server_on_a_served_port_fails_in_one_line(start_server: Any, workers: str) -> None:
+    s = start_server("--model", "null", "--workers", "2")
+    res = subprocess.run(
+        [sys.executable, "-m", "netgain.server", "--model", "null", "--workers", workers,
+         "--host", "127.0.0.1", "--port", str(s.grpc_port), "--metrics-port", "-1"],
+        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=server_env(),
+    )  # fmt: skip
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"--port {s.grpc_port}" in lines[0] and "already in use" in lines[0], lines
+    assert os.path.exists(f"/proc/{s.pid}")
