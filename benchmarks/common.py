@@ -253,16 +253,13 @@ def run_clients(
 
 
 def shared_port_servers(stack: contextlib.ExitStack, count: int, args: list[str], port: int) -> str:
-    """``count`` ``netgain serve ARGS`` processes sharing ``port`` (SO_REUSEPORT), started together
-    and ready; returns the target."""
+    """One ``netgain serve ARGS --workers count`` on ``port``: ``count`` frontend processes share it
+    (only one server may own a port); ready when it returns; returns the target."""
     from netgain.loadgen.orchestrate import ServerProcess
 
-    servers = [stack.enter_context(ServerProcess(args, port=port)) for _ in range(count)]
-    for sp in servers:
-        # A health check on the shared port reaches whichever server the kernel picks, so it can
-        # answer for a sibling; each server's own metrics port says whether *it* is ready.
-        sp.wait_ready()
-        wait_metric_ready(sp.metrics_port, sp.ready_timeout_s)
+    sp = stack.enter_context(ServerProcess([*args, "--workers", str(count)], port=port))
+    sp.wait_ready()
+    wait_metric_ready(sp.metrics_port, sp.ready_timeout_s)
     return f"127.0.0.1:{port}"
 
 

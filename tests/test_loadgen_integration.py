@@ -271,43 +271,33 @@ def test_killed_worker_marks_the_run_partial_and_keeps_every_row(null_server: An
     )
 
 
-def _served(metrics_port: int) -> float:
-    import urllib.request
+def test_connections_spread_load_over_frontend_processes(tmp_path: Path) -> None:
+    """A server of two frontend processes on one port (SO_REUSEPORT): the kernel picks one per
+    connection, so one connection loads one frontend and --connections 16 loads both (the span
+    log names the process that answered each request)."""
+    from netgain.loadgen.orchestrate import ServerProcess
 
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
-    return sum(
-        s.value
-        for fam in text_string_to_metric_families(text)
-        for s in fam.samples
-        if s.name == "netgain_requests_total" and s.labels.get("code") == "OK"
-    )
-
-
-def test_connections_spread_load_over_processes_sharing_a_port(tmp_path: Path) -> None:
-    """Two server processes on one port (SO_REUSEPORT): the kernel picks one per connection, so one
-    connection loads one process and --connections 16 loads both."""
-    from netgain.loadgen.orchestrate import ServerProcess, free_port
-
-    port = free_port()
-    args = ["--model", "null"]
-    with ServerProcess(args, port=port) as a, ServerProcess(args, port=port) as b:
-        a.wait_ready()
-        b.wait_ready()
+    spans = tmp_path / "spans.jsonl"
+    args = ["--model", "null", "--workers", "2", "--span-log", str(spans)]
+    with ServerProcess(args) as server:
+        server.wait_ready()
         served: list[Any] = []
         for conns in ("1", "16"):
-            before = (_served(a.metrics_port), _served(b.metrics_port))
+            seen = len(spans.read_text().splitlines()) if spans.exists() else 0
             out = tmp_path / f"c{conns}"
             res = netgain(
-                "load", "--target", f"127.0.0.1:{port}", "--rate", "100", "--duration", "1",
+                "load", "--target", server.target, "--rate", "100", "--duration", "1",
                 "--warmup-s", "0", "--connections", conns, "--out", str(out), "--quiet",
                 "--max-send-lag-ms", "50",
             )  # fmt: skip
             assert res.returncode == 0, res.stderr
             assert (rows(out)["status"] == "OK").all()
-            served.append((_served(a.metrics_port) - before[0], _served(b.metrics_port) - before[1]))
-            served.append(meta(out)["trace"]["requests"])
-    one, n1, many, n16 = served
-    assert sorted(one)[0] == 0 and sum(one) == n1  # one connection: one process took everything
-    assert min(many) > 0 and sum(many) == n16
+            deadline = time.monotonic() + 10  # the span log is written every 50 ms
+            n = meta(out)["trace"]["requests"]
+            while len(spans.read_text().splitlines()) - seen < n and time.monotonic() < deadline:
+                time.sleep(0.05)
+            lines = [json.loads(x) for x in spans.read_text().splitlines()[seen:]]
+            served.append((len({x["pid"] for x in lines}), len(lines), n))
+    (one_pids, one_lines, n1), (many_pids, many_lines, n16) = served
+    assert one_pids == 1 and one_lines == n1  # one connection: one frontend took everything
+    assert many_pids == 2 and many_lines == n16
