@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import pinned, table  # noqa: E402
+from benchmarks.common import pinned, table
 
 
 def _pre_worker(model: str, options: dict[str, str], core: int, seconds: float, out: Any) -> None:
@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         fwd = forward_ceiling(a.model, options, a.device, a.dtype, a.batch)
     ceiling = min(pre, fwd["items_s"])
     limit = "pre-processing" if pre <= fwd["items_s"] else "forward"
-    print(f"ceilings: pre-processing {pre:,.0f}/s on {len(server_cores)} cores; forward {fwd['items_s']:,.0f}/s "
+    fwd_s = fwd["items_s"]
+    print(f"ceilings: pre-processing {pre:,.0f}/s on {len(server_cores)} cores; forward {fwd_s:,.0f}/s "
           f"at batch {a.batch} (kernel alone {fwd['kernel_items_s']:,.0f}/s); min {ceiling:,.0f}/s ({limit})",
           flush=True)  # fmt: skip
     from netgain.loadgen.orchestrate import ServerProcess
@@ -196,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
             held = r["valid"] and r["p99"] <= a.slo_ms and r["error_ratio"] < 1e-3
             r["held"] = held
             rows.append(r)
-            print(f"  {rate:8,.0f}/s: p99 {r['p99']:.1f} ms, {r['throughput']:,.0f}/s done, valid {r['valid']}, "
+            done = r["throughput"]
+            print(f"  {rate:8,.0f}/s: p99 {r['p99']:.1f} ms, {done:,.0f}/s done, valid {r['valid']}, "
                   f"{r['bottleneck']}; phase p50 ms {json.dumps(r['phases'])}; cpu {json.dumps(r['cpu'])}",
                   flush=True)  # fmt: skip
             if held:
