@@ -226,10 +226,8 @@ class DeviceProcess:
             s = p.spans
             spans = (s.get("pre", 0), s.get("h2d", 0), s.get("kernel", 0), s.get("d2h", 0))
             data = encode_reply(p.seq, code, max(0, p.batch_id), p.batch_size, spans, message)
-            try:
+            with contextlib.suppress(OSError):  # that frontend is gone: nobody waits for this reply
                 os.write(self.pipes.replies[p.frontend], data)
-            except OSError:
-                pass  # that frontend is gone: nobody waits for this reply
 
     def stop(self) -> None:
         self.requests.close()
@@ -255,10 +253,8 @@ def device_main(cfg: ServeConfig, device: str, rings: list[Ring], pipes: DeviceP
         log.exception("device process failed to start")
         ctl.send(("error", f"{type(exc).__name__}: {exc}"))
         return
-    try:
-        ctl.recv()  # "stop", or EOF when the supervisor died
-    except (EOFError, OSError):
-        pass
+    with contextlib.suppress(EOFError, OSError):  # "stop", or EOF when the supervisor died
+        ctl.recv()
     proc.stop()
     with contextlib.suppress(OSError):
         ctl.send(("stopped", None))
