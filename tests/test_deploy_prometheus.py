@@ -90,6 +90,7 @@ def stop(proc: subprocess.Popen[Any] | None, timeout: float = 10.0) -> None:
 # -- static checks: promtool --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_promtool_check_config() -> None:
     out = subprocess.run(
         [binary("promtool"), "check", "config", str(PROM_DIR / "prometheus.yml")],

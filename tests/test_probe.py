@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from conftest import run_netgain as netgain
 
 
+@pytest.mark.slow
 def test_waiting_for_an_unready_target_is_announced_then_fails_in_one_line(tmp_path: Path) -> None:
     t0 = time.monotonic()
     res = netgain(

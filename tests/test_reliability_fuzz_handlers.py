@@ -76,6 +76,7 @@ def image_payloads(draw: st.DrawFn) -> bytes:
     return png_bomb(w, h) if draw(st.booleans()) else jpeg_with_declared_size(min(w, 65535), min(h, 65535))
 
 
+@pytest.mark.slow
 @settings(FAST, max_examples=N_IMAGE)
 @given(image_payloads())
 def test_image_preprocess_returns_pixels_or_invalid_input(data: bytes) -> None:
@@ -129,6 +130,7 @@ def text_payloads(draw: st.DrawFn) -> bytes:
     return draw(st.text(alphabet="ab ", min_size=1, max_size=20)).encode() * draw(st.integers(1, 5000))
 
 
+@pytest.mark.slow
 @settings(FAST, max_examples=N_TEXT)
 @given(text_payloads())
 def test_text_preprocess_returns_ids_or_invalid_input(data: bytes) -> None:
@@ -167,6 +169,7 @@ def feature_vectors(draw: st.DrawFn) -> list[float]:
     return values
 
 
+@pytest.mark.slow
 @settings(FAST, max_examples=N_TABULAR)
 @given(feature_vectors())
 def test_tabular_preprocess_checks_count_and_finiteness(values: list[float]) -> None:
@@ -189,6 +192,7 @@ def test_null_accepts_anything(data: bytes, features: list[float]) -> None:
 LIMITS = Limits(max_items=8, max_message_bytes=1 << 20)
 
 
+@pytest.mark.slow
 @settings(FAST, max_examples=N_REQUEST)
 @given(
     model=st.one_of(st.just(""), st.just("image"), st.text(max_size=40)),

@@ -29,6 +29,9 @@ SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 CODE = grpc.StatusCode
 
+# Every test here starts a server process.
+pytestmark = pytest.mark.slow
+
 
 def png(color: tuple[int, int, int] = (200, 40, 40), size: tuple[int, int] = (24, 24)) -> bytes:
     buf = io.BytesIO()

@@ -16,6 +16,9 @@ from conftest import ServerHandle, ServerLauncher
 
 from netgain.protos import pb
 
+# Every test here starts a server process.
+pytestmark = pytest.mark.slow
+
 
 def capture(server: ServerHandle, ranges_only: bool, batches: int = 3) -> tuple[Any, list[dict[str, Any]]]:
     """Profile ``batches`` batches while a thread keeps one tabular request in flight at a time."""

@@ -139,6 +139,7 @@ def role_ratios(text: str) -> dict[str, float]:
     return out
 
 
+@pytest.mark.slow
 @linux_only
 def test_image_server_reports_compute_cpu(start_server: ServerLauncher) -> None:
     """torch's second intra-op thread does half the forward pass; it must not read as device."""
@@ -228,6 +229,7 @@ def test_create_time_survives_a_process_name_that_is_not_utf8() -> None:
     assert out.stdout.strip() != "None" and float(out.stdout) > 0
 
 
+@pytest.mark.slow
 @linux_only
 def test_cold_start_within_outside_wall_time(start_server: ServerLauncher) -> None:
     """The reported cold start cannot exceed spawn → SERVING as seen from outside."""
