@@ -79,7 +79,10 @@ class ServeConfig:
 
     def resolved_workers(self, cores: int) -> int:
         """Frontend processes for ``--workers auto``: none (one process) below 4 usable cores, else
-        one per core beyond the two the device process and the supervisor use, at most 16."""
+        one per core beyond the two the device process and the supervisor use, at most 16;
+        none with --profile-dir."""
         if isinstance(self.workers, int):
             return self.workers
+        if self.profile_dir:  # the Profile RPC captures the one-process server's device thread
+            return 0
         return 0 if cores < 4 else min(16, cores - 2)

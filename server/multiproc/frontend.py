@@ -210,6 +210,8 @@ class Frontend:
         return out
 
     def _no_profile(self, batches: int, ranges_only: bool = False) -> Any:
+        if not self.cfg.profile_dir:
+            raise ValueError("profiling is off: start the server with --profile-dir DIR")
         raise ValueError("profile captures need the one-process server: serve with --workers 0")
 
     async def serve(self, ctl: Any) -> int:
