@@ -61,7 +61,7 @@ def standalone(a: argparse.Namespace, opts: list[str], tmp: str) -> tuple[list[f
 
     import torch
 
-    from netgain.server.batching.pipeline import user_ranges_profiler
+    from netgain.server.batching.profile import user_ranges_profiler
     from netgain.server.device import DeviceRunner
     from netgain.server.handlers import create_handler
 

@@ -113,7 +113,7 @@ def test_profiler_that_fails_to_start_leaves_nothing_enabled(
     import torch._C._autograd as autograd_c
     import torch.autograd.profiler as ap
 
-    from netgain.server.batching.pipeline import ProfileCapture, ProfilerUnavailable
+    from netgain.server.batching.profile import ProfileCapture, ProfilerUnavailable
 
     def refuse(*args: Any) -> None:
         raise RuntimeError("no profiler here")
