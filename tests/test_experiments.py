@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from conftest import run_netgain
 
-from netgain.loadgen.experiments import compare
-from netgain.loadgen.experiments.compare import CompareConfig, Side, _with_rate, best_batch
+from netgain.loadgen.experiments import cpu_vs_gpu as compare
+from netgain.loadgen.experiments.cpu_vs_gpu import CompareConfig, Side, _with_rate, best_batch
 from netgain.loadgen.experiments.drill import distribution
 
 

@@ -15,7 +15,7 @@ import pytest
 from analysis_fixtures import meta_for
 
 from netgain.contract.records import RECORD_COLUMNS, empty_columns
-from netgain.loadgen.analysis.summary import analyze
+from netgain.loadgen.analysis.run_summary import analyze
 from netgain.loadgen.runner.live import LIVE_BOUNDS, LiveStats
 from netgain.loadgen.runner.sink import RecordSink
 from netgain.loadgen.runner.wire import records_batch

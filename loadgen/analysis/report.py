@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from netgain.contract import rundir as files
-from netgain.loadgen.analysis import compare as cmp
+from netgain.loadgen.analysis import comparison as cmp
 from netgain.loadgen.analysis.cost import capacity_from_points
 from netgain.loadgen.analysis.rundir import AnalysisError, load_meta
-from netgain.loadgen.analysis.summary import analyze
+from netgain.loadgen.analysis.run_summary import analyze
 
 
 def sweep_points(

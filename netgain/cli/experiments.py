@@ -124,7 +124,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from netgain.loadgen.experiments.compare import CompareConfig, Progress, Side, run_side, summarize
+    from netgain.loadgen.experiments.cpu_vs_gpu import CompareConfig, Progress, Side, run_side, summarize
 
     missing = [
         f
