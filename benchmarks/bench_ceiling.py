@@ -98,6 +98,45 @@ def forward_ceiling(
     return result
 
 
+def server_processes(supervisor: int, port: int) -> tuple[int, list[int]]:
+    """(device process pid, frontend pids): the frontends are the children listening on the port."""
+    import psutil
+
+    kids = psutil.Process(supervisor).children()
+    fronts = [k.pid for k in kids if any(c.laddr.port == port for c in k.net_connections("tcp"))]
+    device = [k.pid for k in kids if k.pid not in fronts]
+    return (device[0] if device else -1), fronts
+
+
+def spy(pid: int, seconds: float, out: str, gil: bool) -> subprocess.Popen[bytes]:
+    cmd = ["py-spy", "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200",
+           "--format", "raw", "--output", out, "--nonblocking"] + (["--gil"] if gil else [])  # fmt: skip
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def spy_summary(path: str, seconds: float, top: int = 12) -> str:
+    """Busy fraction (samples / (seconds x rate)) and the leaf functions taking the most samples."""
+    from collections import Counter
+
+    leaves: Counter[str] = Counter()
+    total = 0
+    try:
+        with open(path) as fh:
+            for line in fh:
+                stack, _, count = line.rstrip().rpartition(" ")
+                if not count.isdigit():
+                    continue
+                n = int(count)
+                total += n
+                leaves[stack.split(";")[-1]] += n
+    except OSError as exc:
+        return f"  (no profile: {exc})"
+    lines = [f"  samples {total} = {total / (seconds * 200):.2f} of one thread's time"]
+    for leaf, n in leaves.most_common(top):
+        lines.append(f"  {100 * n / max(1, total):5.1f} %  {leaf[:150]}")
+    return "\n".join(lines)
+
+
 def netgain(*args: str) -> list[str]:
     return [sys.executable, "-m", "netgain.cli", *args]
 
@@ -156,6 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--start", type=float, default=0.2, help="first rate, as a fraction of the ceiling")
     ap.add_argument("--step", type=float, default=0.1, help="rate step, as a fraction of the ceiling")
     ap.add_argument("--pre-seconds", type=float, default=5.0)
+    ap.add_argument(
+        "--profile-at", type=float, default=0.0,
+        help="py-spy the device process and one frontend during the first rate at or above this fraction "
+        "of the ceiling (0: no profile)",
+    )  # fmt: skip
     a = ap.parse_args(argv)
     options = dict(o.split("=", 1) for o in a.handler_option)
     cores = sorted(os.sched_getaffinity(0))
@@ -191,9 +235,29 @@ def main(argv: list[str] | None = None) -> int:
             print("".join(line for line in fh if "frontend processes" in line).strip(), flush=True)
         rate = a.start * ceiling
         fails = 0
+        profiled = not a.profile_at
         while rate <= 1.3 * ceiling and fails < 2:
+            spies: list[tuple[str, str, subprocess.Popen[bytes]]] = []
+            if not profiled and rate >= a.profile_at * ceiling:
+                profiled = True
+                device_pid, fronts = server_processes(server.proc.pid, server.grpc_port)  # type: ignore[union-attr]
+                secs = a.warmup_s + a.duration - 1
+                for name, pid in (("device", device_pid), ("frontend", fronts[0] if fronts else -1)):
+                    for gil in (False, True):
+                        out = os.path.join(tmp, f"spy-{name}-{'gil' if gil else 'all'}.txt")
+                        spies.append(
+                            (
+                                f"{name} {'holding the GIL' if gil else 'running'}",
+                                out,
+                                spy(pid, secs, out, gil),
+                            )
+                        )
             with pinned(set(load_cores)):
                 r = run_rate(server.target, a, rate, os.path.join(tmp, f"r{len(rows)}"))
+            for label, out, proc in spies:
+                proc.wait(60)
+                summary = spy_summary(out, a.warmup_s + a.duration - 1)
+                print(f"py-spy at {rate:,.0f}/s offered, {label}:\n{summary}")
             held = r["valid"] and r["p99"] <= a.slo_ms and r["error_ratio"] < 1e-3
             r["held"] = held
             rows.append(r)

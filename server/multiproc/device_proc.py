@@ -9,8 +9,10 @@ back into its slot, then a reply record to the frontend that owns it.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
+import selectors
 import signal
 import struct
 import threading
@@ -164,12 +166,9 @@ class DeviceProcess:
         self.pipeline.start()
         self.recorder.start()
         self.sampler.start()
-        self._readers = [
-            threading.Thread(target=self._read, args=(i, fd), name=f"netgain-handoff-{i}", daemon=True)
-            for i, fd in enumerate(self.pipes.requests)
-        ]
-        for t in self._readers:
-            t.start()
+        threading.Thread(target=self._read, name="netgain-handoff", daemon=True).start()
+        gc.collect()
+        gc.freeze()  # the model and torch's objects: a full collection no longer walks them
         return {
             "marks": self.marks,
             "metrics_port": port,
@@ -184,33 +183,45 @@ class DeviceProcess:
         # Phase histograms are the frontends' (they see each request whole): batch metrics only here.
         self.recorder.batch_done(size, result.kernel_ns if result is not None else 0, ())
 
-    def _read(self, frontend: int, fd: int) -> None:
+    def _read(self) -> None:
+        """One thread reads every frontend's pipe (threads per frontend would contend for the GIL)."""
         name_os_thread()
-        while True:
-            head = read_exact(fd, REQUEST.size)
-            if head is None:
-                return  # the frontend exited; replies to it are dropped in deliver
-            seq, deadline_ns, handed_ns, n = REQUEST.unpack(head)
-            body = read_exact(fd, 4 * n)
-            if body is None:
-                return
-            slots = struct.unpack(f"<{n}I", body)
-            p = Handed(
-                f"f{frontend}-{seq}",
-                [SlotRef(frontend, s) for s in slots],
-                handed_ns,
-                deadline_ns or None,
-                frontend=frontend,
-                seq=seq,
-            )
-            try:
-                self.requests.put(p)
-            except QueueFull as exc:
-                p.fail("RESOURCE_EXHAUSTED", f"{exc}; request shed, retry later")
-                self.deliver([p])
-            except QueueClosed as exc:
-                p.fail("UNAVAILABLE", str(exc))
-                self.deliver([p])
+        sel = selectors.DefaultSelector()
+        for frontend, fd in enumerate(self.pipes.requests):
+            sel.register(fd, selectors.EVENT_READ, frontend)
+        while sel.get_map():
+            for key, _ in sel.select():
+                frontend, fd = key.data, key.fd
+                if not self._take(frontend, fd):
+                    sel.unregister(fd)  # the frontend exited; replies to it are dropped in deliver
+
+    def _take(self, frontend: int, fd: int) -> bool:
+        """Reads one record (a writer puts whole records, so the rest follows at once); False at EOF."""
+        head = read_exact(fd, REQUEST.size)
+        if head is None:
+            return False
+        seq, deadline_ns, handed_ns, n = REQUEST.unpack(head)
+        body = read_exact(fd, 4 * n)
+        if body is None:
+            return False
+        slots = struct.unpack(f"<{n}I", body)
+        p = Handed(
+            f"f{frontend}-{seq}",
+            [SlotRef(frontend, s) for s in slots],
+            handed_ns,
+            deadline_ns or None,
+            frontend=frontend,
+            seq=seq,
+        )
+        try:
+            self.requests.put(p)
+        except QueueFull as exc:
+            p.fail("RESOURCE_EXHAUSTED", f"{exc}; request shed, retry later")
+            self.deliver([p])
+        except QueueClosed as exc:
+            p.fail("UNAVAILABLE", str(exc))
+            self.deliver([p])
+        return True
 
     def deliver(self, reqs: list[Pending]) -> None:
         """From pipeline threads: output rows into their slots, then one reply record each."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import logging
 import os
@@ -261,6 +262,8 @@ class Frontend:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await asyncio.to_thread(self.warm)
+        gc.collect()
+        gc.freeze()  # torch's and the handler's objects: a full collection no longer walks them
         ctl.send(("listening", {"metrics_port": metrics_port, "pid": os.getpid()}))
         go = asyncio.ensure_future(asyncio.to_thread(_recv, ctl))
         stopped = asyncio.ensure_future(stop.wait())

@@ -43,10 +43,15 @@ CODES = (
 )
 
 
+_DTYPES: list[Any] = []
+
+
 def _dtypes() -> list[Any]:
+    if _DTYPES:
+        return _DTYPES
     import torch
 
-    return [
+    _DTYPES[:] = [
         torch.float32,
         torch.float64,
         torch.float16,
@@ -58,6 +63,7 @@ def _dtypes() -> list[Any]:
         torch.uint8,
         torch.bool,
     ]
+    return _DTYPES
 
 
 class SlotTooSmall(ValueError):
