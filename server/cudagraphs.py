@@ -1,7 +1,7 @@
 """CUDA graphs of the forward pass, for handlers whose batches have fixed shapes.
 
-At batch size 1 a GPU forward pass is launch-bound (the H200 notes: 2.0 ms eager, 0.62 ms
-as a graph for the text encoder). One graph is captured per power-of-two batch bucket; a
+At batch size 1 a GPU forward pass is launch-bound; a graph replays it with one launch
+(docs/benchmarks.md). One graph is captured per power-of-two batch bucket; a
 batch of n rows is copied into the first n rows of its bucket's static input, the graph is
 replayed, and the first n output rows are read. Rows are independent in the built-in
 models (eval-mode norms, per-row attention), so the stale rows past n never leak into them.

@@ -114,10 +114,8 @@ class DeviceRunner:
         self.model = model.to(self.device) if model is not None else None
         if self.is_cuda:
             self.stream = torch.cuda.Stream(self.device)
-            # torch creates a CUDA event at its first record: with new events per batch that
-            # creation sat between the forward's last launch and the kernel span's end event
-            # (~55 us of GPU idle inside the span under a profiler, H200). One runner serves one
-            # batch at a time and waits for its last event, so the same four can be reused.
+            # Made and recorded once, then reused (one batch at a time): torch creates an event at its
+            # first record, which would otherwise run inside the kernel span with the GPU idle.
             self._events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
             with torch.cuda.stream(self.stream):
                 for event in self._events:

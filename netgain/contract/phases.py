@@ -20,12 +20,8 @@ def encode_server_timing(durations_ns: Mapping[str, int]) -> str:
     return ", ".join(f"{name};dur={ns / 1e6:.3f}" for name, ns in durations_ns.items())
 
 
-# The trailer is formatted in three steps so that each value is formatted once where it becomes
-# known: the batch-wide phases once per batch, the queue once per request on a post-processing
-# thread, and only post and total on the event loop (issue 2's instrumentation-overhead budget:
-# float formatting was the largest Python cost per response, measured with cachegrind). The batch
-# rides in the same trailer as a Server-Timing entry without dur: each metadata entry costs gRPC
-# thousands of instructions per response on top of its formatting.
+# Three steps, so each value is formatted once where it becomes known and the event loop formats only
+# post and total; the batch rides in this trailer because every metadata entry costs gRPC work.
 _BATCH_PHASES_FORMAT = "pre;dur=%.3f, h2d;dur=%.3f, kernel;dur=%.3f, d2h;dur=%.3f"
 _HEAD_FORMAT = "queue;dur=%.3f, %s"
 _TAIL_FORMAT = "%s, post;dur=%.3f, total;dur=%.3f, batch;id=%d;size=%d"
@@ -77,9 +73,8 @@ def parse_batch(value: str) -> tuple[int, int] | None:
     return parse_trailer(value)[1]
 
 
-# This server's own trailer, exactly as encode_phases writes it: one regex match instead of a
-# split-and-partition per entry (17 -> ~4 us per response, paid by the load generator's sender
-# process on every response). Anything else takes the general path.
+# This server's own trailer as encode_phases writes it: one regex match, cheaper for the load generator's
+# sender than a split per entry. Anything else takes the general path.
 _OWN_TRAILER = re.compile(
     ", ".join(rf"{name};dur=(\d+\.\d+)" for name in (*PHASES, "total")) + r", batch;id=(-?\d+);size=(-?\d+)"
 )

@@ -249,8 +249,7 @@ class Pipeline:
                 p.fail("INTERNAL", f"postprocess error: {type(exc).__name__}: {exc}")
         if self.on_batch is not None:
             self.on_batch(batch, result)
-        # Last, so that nothing this thread runs competes for the GIL with the event loop it wakes
-        # (no effect on p50 could be measured either way; docs/benchmarks.md).
+        # Last, so that nothing this thread runs competes for the GIL with the event loop it wakes.
         self._finish(batch.requests, batch.batch_id, size, t0)
 
     def _finish(self, reqs: list[Pending], batch_id: int, size: int, post_start_ns: int) -> None:
