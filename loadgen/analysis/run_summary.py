@@ -14,6 +14,7 @@ from netgain.loadgen.analysis import bottleneck as bn
 from netgain.loadgen.analysis import cost, stats
 from netgain.loadgen.analysis.rundir import (
     AnalysisError,
+    Requests,
     join_span_log,
     load_meta,
     load_requests,
@@ -66,25 +67,26 @@ def window(meta: dict[str, Any], scheduled_s: np.ndarray, warmup_s: float | None
     return start, end
 
 
-def analyze(
-    run_dir: str | Path,
-    *,
-    price_per_hour: float | None = None,
-    slo_p99_ms: float | None = None,
-    warmup_s: float | None = None,
-    span_log: str | Path | None = None,
-    bootstrap: int = 200,
-    seed: int = 0,
-    capacity_rps: float | None = None,
-    min_replicas: int = 1,
-    scale_down_after_s: float = 60.0,
-) -> RunResult:
-    meta = load_meta(run_dir)
-    cfg = _cfg(meta)
-    price = price_per_hour if price_per_hour is not None else cfg.get("price_per_hour")
-    slo = slo_p99_ms if slo_p99_ms is not None else cfg.get("slo_p99_ms")
+@dataclass
+class _Rows:
+    """The rows every step reads: the run's requests, its masks and its measured window."""
+
+    req: Requests
+    measured: np.ndarray  # outside the warm-up, any status
+    ok: np.ndarray  # measured, OK, with a latency
+    t0: float
+    t1: float
+
+    @property
+    def dur(self) -> float:
+        return max(self.t1 - self.t0, 1e-9)
+
+
+def _load(
+    run_dir: str | Path, warmup_s: float | None, span_log: str | Path | None, warnings: list[str]
+) -> Requests:
+    """The request rows, joined with the server's span log when one is given."""
     req = load_requests(run_dir, warmup_s=warmup_s, with_ids=span_log is not None)
-    warnings: list[str] = []
     if span_log is not None:
         j = join_span_log(req, span_log)
         if j["unmatched_spans"] or j["unmatched_requests"]:
@@ -93,21 +95,32 @@ def analyze(
                 f"{j['unmatched_spans']} span(s) without a client row"
             )
         req.request_id = None
-    t0, t1 = window(meta, req.scheduled_s, warmup_s)
-    measured = ~req.warmup
-    ok_all = req.status_mask("OK")
-    ok = measured & ok_all & ~np.isnan(req.latency_ms)
-    rng = np.random.default_rng(seed)
+    return req
 
-    # status counts over the measured window; dropped counted over the whole run
+
+def _statuses(rows: _Rows, meta: dict[str, Any]) -> dict[str, Any]:
+    """Status counts over the measured window; dropped counted over the whole run."""
+    req, measured = rows.req, rows.measured
     counts = np.bincount(req.status_code[measured], minlength=len(req.status_names))
     statuses = {name: int(c) for name, c in zip(req.status_names, counts, strict=True) if c}
     n_measured = int(measured.sum())
     n_ok = statuses.get("OK", 0)
-    errors = {k: v for k, v in statuses.items() if k != "OK"}
-    dropped = max(int(req.status_mask("DROPPED").sum()), int((meta.get("counts") or {}).get("dropped") or 0))
+    return {
+        "statuses": statuses,
+        "n_measured": n_measured,
+        "n_ok": n_ok,
+        "errors": {k: v for k, v in statuses.items() if k != "OK"},
+        "dropped": max(
+            int(req.status_mask("DROPPED").sum()), int((meta.get("counts") or {}).get("dropped") or 0)
+        ),
+        "error_rate": (n_measured - n_ok) / n_measured if n_measured else None,
+    }
 
-    lat_sorted = np.sort(req.latency_ms[ok])
+
+def _latency(
+    lat_sorted: np.ndarray, bootstrap: int, rng: np.random.Generator, warnings: list[str]
+) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], dict[str, Any]]:
+    """(latency summary, p99 bootstrap draws, its interval, whether the tail quantiles are bounded)."""
     latency = stats.summarize(lat_sorted)
     latency["mean"] = float(lat_sorted.mean()) if len(lat_sorted) else None
     p99_draws = stats.bootstrap_quantile(lat_sorted, 0.99, bootstrap, rng)
@@ -119,23 +132,29 @@ def analyze(
                 f"{e['n']} successful requests cannot bound {k} at 95% confidence "
                 f"(needs >= {e['min_samples']}): run longer or at a higher rate"
             )
+    return latency, p99_draws, latency_ci, enough
 
-    sent = measured & ~np.isnan(req.send_lag_ms)
-    lag_sorted = np.sort(req.send_lag_ms[sent])
-    send_lag = stats.summarize(lag_sorted)
-    service = stats.summarize(np.sort(req.service_ms[ok]))
 
-    dur = max(t1 - t0, 1e-9)
+def _throughput(rows: _Rows, n_ok: int, bootstrap: int, rng: np.random.Generator) -> tuple[float, np.ndarray]:
+    """Successful requests per second over the window, and bootstrap draws of it (per-second bins)."""
+    req, ok, dur = rows.req, rows.ok, rows.dur
     thr = n_ok / dur
-    bins = np.bincount(
-        np.clip((req.scheduled_s[ok] - t0).astype(np.int64), 0, None), minlength=max(1, int(np.ceil(dur)))
-    )[: max(1, int(np.ceil(dur)))]
+    n_bins = max(1, int(np.ceil(dur)))
+    bins = np.bincount(np.clip((req.scheduled_s[ok] - rows.t0).astype(np.int64), 0, None), minlength=n_bins)[
+        :n_bins
+    ]
     thr_draws = stats.bootstrap_rate(bins.astype(np.float64), 1.0, bootstrap, rng)
-    # scale the per-second-bin bootstrap so its centre is the exact throughput (partial last bin)
+    # Centred on the exact throughput, which a partial last bin would otherwise skew.
     if len(thr_draws) and bins.mean() > 0:
         thr_draws = thr_draws * (thr / bins.mean())
-    error_rate = (n_measured - n_ok) / n_measured if n_measured else None
+    return thr, thr_draws
 
+
+def _phases(
+    rows: _Rows, service: dict[str, Any], lat_sorted: np.ndarray, latency: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(per-phase statistics, the tail's attribution to phases)."""
+    req, ok = rows.req, rows.ok
     cols = phase_matrix(
         {p: req.phases[p][ok] for p in PHASES},
         req.server_total_ms[ok],
@@ -154,14 +173,24 @@ def analyze(
     tail = attribute(
         req.latency_ms[ok], cols, req.batch_size[ok], {"p99": latency["p99"], "p999": latency["p999"]}, band
     )
-    del cols
+    return phases_ms, tail
 
+
+def _resources(
+    run_dir: str | Path,
+    meta: dict[str, Any],
+    rows: _Rows,
+    send_lag: dict[str, Any],
+    dropped: int,
+    warnings: list[str],
+) -> dict[str, Any]:
+    """GPU, CPU and queue over the window from the scraped samples, and the bottleneck they point to."""
     samples = load_samples(run_dir)
     if samples is None:
         warnings.append("no samples.parquet: GPU/CPU utilization and the bottleneck kind are unknown")
-    ser = bn.series(samples, t0, t1)
-    gpu, cpu, queue = bn.summarize_resources(ser, meta, dur)
-    max_lag = float(cfg.get("max_send_lag_ms") or 5.0)
+    ser = bn.series(samples, rows.t0, rows.t1)
+    gpu, cpu, queue = bn.summarize_resources(ser, meta, rows.dur)
+    max_lag = float(_cfg(meta).get("max_send_lag_ms") or 5.0)
     device = str((meta.get("server") or {}).get("device") or "unknown")
     bott = bn.classify(
         gpu,
@@ -172,8 +201,12 @@ def analyze(
         max_send_lag_ms=max_lag,
         dropped=dropped,
     )
+    return {"series": ser, "gpu": gpu, "cpu": cpu, "queue": queue, "device": device, "bottleneck": bott}
 
-    # validity: the load generator's own verdict, then ours
+
+def _validity(meta: dict[str, Any], send_lag: dict[str, Any], dropped: int) -> tuple[bool, list[str]]:
+    """The load generator's own verdict, then ours: (valid, reasons)."""
+    max_lag = float(_cfg(meta).get("max_send_lag_ms") or 5.0)
     validity = meta.get("validity") or {}
     reasons = [str(r) for r in validity.get("reasons") or []]
     if validity.get("valid") is False and not reasons:
@@ -187,24 +220,45 @@ def analyze(
         reasons.append(
             f"{dropped} request(s) dropped at the in-flight cap: raise --max-in-flight or add workers"
         )
-    valid = validity.get("valid") is not False and not reasons
+    return validity.get("valid") is not False and not reasons, reasons
 
-    slo_held = None if slo is None or latency["p99"] is None else bool(latency["p99"] <= slo)
-    max_err = cfg.get("max_error_rate")
-    if slo_held and max_err is not None and error_rate is not None and error_rate > max_err:
-        slo_held = False
+
+def _slo_held(
+    slo: float | None, p99: float | None, max_err: float | None, error_rate: float | None, warnings: list[str]
+) -> bool | None:
+    """The SLO: p99 at or under it and, when configured, the error rate at or under its maximum."""
+    held = None if slo is None or p99 is None else bool(p99 <= slo)
+    if held and max_err is not None and error_rate is not None and error_rate > max_err:
+        held = False
         warnings.append(f"error rate {error_rate:.4f} > max_error_rate {max_err}")
+    return held
+
+
+def _cost(
+    meta: dict[str, Any],
+    rows: _Rows,
+    *,
+    price: float | None,
+    slo: float | None,
+    slo_held: bool | None,
+    p99: float | None,
+    thr: float,
+    capacity_rps: float | None,
+    min_replicas: int,
+    scale_down_after_s: float,
+) -> dict[str, Any]:
+    """Steady cost per 1k at the SLO (or why not), cold start, and the autoscaled replay of the arrivals."""
     steady = cost.cost_per_1k(price, thr)
-    cost_note = None
+    note = None
     if price is None:
-        cost_note = "no price: pass --price-per-hour (or set config.price_per_hour)"
+        note = "no price: pass --price-per-hour (or set config.price_per_hour)"
     elif slo is None:
-        cost_note = "no SLO given: cost is at the measured throughput, latency objective unchecked"
+        note = "no SLO given: cost is at the measured throughput, latency objective unchecked"
     elif not slo_held:
-        cost_note = f"p99 {latency['p99']} ms misses the SLO {slo} ms: no cost at SLO for this run"
+        note = f"p99 {p99} ms misses the SLO {slo} ms: no cost at SLO for this run"
         steady = None
     cold = cost.cold_start_s(meta)
-    rate = cost.arrival_rate(req.scheduled_s, 1.0, t1)
+    rate = cost.arrival_rate(rows.req.scheduled_s, 1.0, rows.t1)
     cap = capacity_rps if capacity_rps else (thr if thr > 0 else None)
     auto = None
     if cap:
@@ -221,19 +275,95 @@ def analyze(
             if capacity_rps
             else "this run's successful throughput (a lower bound on capacity)"
         )
-    drift = stats.drift(req.latency_ms[ok], req.scheduled_s[ok])
+    return {
+        "cold_start_s": cold,
+        "cost_per_1k": steady,
+        "cost": {
+            "price_per_hour": price,
+            "slo_p99_ms": slo,
+            "slo_held": slo_held,
+            "note": note,
+            "cost_per_1k_measured": cost.cost_per_1k(price, thr),
+            "autoscale": auto,
+        },
+    }
+
+
+def _drift(rows: _Rows, warnings: list[str]) -> dict[str, Any]:
+    """Median latency of the window's first half against its second: is this steady state?"""
+    drift = stats.drift(rows.req.latency_ms[rows.ok], rows.req.scheduled_s[rows.ok])
     if drift["ratio"] is not None and not 0.8 <= drift["ratio"] <= 1.25:
         warnings.append(
             f"median latency drifted x{drift['ratio']:.2f} from the first to the second half: "
             "not steady state (longer warm-up, or a growing queue)"
         )
+    return drift
+
+
+def _plot_series(lat_sorted: np.ndarray, ser: Any) -> dict[str, Any]:
+    """The charts' data: the latency CDF (at most 300 points) and the utilization time series."""
+    n_lat = len(lat_sorted)
     q_idx = np.linspace(0, n_lat - 1, min(n_lat, 300)).astype(np.int64) if n_lat else np.zeros(0, np.int64)
+    return {
+        "latency_cdf": [[float(i + 1) / max(n_lat, 1), float(lat_sorted[i])] for i in q_idx],
+        "utilization": bn.timeseries(ser, PLOT_METRICS),
+    }
+
+
+def analyze(
+    run_dir: str | Path,
+    *,
+    price_per_hour: float | None = None,
+    slo_p99_ms: float | None = None,
+    warmup_s: float | None = None,
+    span_log: str | Path | None = None,
+    bootstrap: int = 200,
+    seed: int = 0,
+    capacity_rps: float | None = None,
+    min_replicas: int = 1,
+    scale_down_after_s: float = 60.0,
+) -> RunResult:
+    meta = load_meta(run_dir)
+    cfg = _cfg(meta)
+    price = price_per_hour if price_per_hour is not None else cfg.get("price_per_hour")
+    slo = slo_p99_ms if slo_p99_ms is not None else cfg.get("slo_p99_ms")
+    warnings: list[str] = []
+    req = _load(run_dir, warmup_s, span_log, warnings)
+    t0, t1 = window(meta, req.scheduled_s, warmup_s)
+    measured = ~req.warmup
+    ok = measured & req.status_mask("OK") & ~np.isnan(req.latency_ms)
+    rows = _Rows(req, measured, ok, t0, t1)
+    rng = np.random.default_rng(seed)  # drawn from in this order: p99, then throughput
+
+    st = _statuses(rows, meta)
+    lat_sorted = np.sort(req.latency_ms[ok])
+    latency, p99_draws, latency_ci, enough = _latency(lat_sorted, bootstrap, rng, warnings)
+    send_lag = stats.summarize(np.sort(req.send_lag_ms[measured & ~np.isnan(req.send_lag_ms)]))
+    service = stats.summarize(np.sort(req.service_ms[ok]))
+    thr, thr_draws = _throughput(rows, st["n_ok"], bootstrap, rng)
+    phases_ms, tail = _phases(rows, service, lat_sorted, latency)
+    res = _resources(run_dir, meta, rows, send_lag, st["dropped"], warnings)
+    valid, reasons = _validity(meta, send_lag, st["dropped"])
+    slo_held = _slo_held(slo, latency["p99"], cfg.get("max_error_rate"), st["error_rate"], warnings)
+    costs = _cost(
+        meta,
+        rows,
+        price=price,
+        slo=slo,
+        slo_held=slo_held,
+        p99=latency["p99"],
+        thr=thr,
+        capacity_rps=capacity_rps,
+        min_replicas=min_replicas,
+        scale_down_after_s=scale_down_after_s,
+    )
+    drift = _drift(rows, warnings)
 
     report: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
         "run_dir": str(run_dir),
         "run_id": meta.get("run_id"),
-        "device": device,
+        "device": res["device"],
         "model": (meta.get("server") or {}).get("model"),
         "latency_ms": latency,
         "latency_ci_ms": latency_ci,
@@ -241,40 +371,33 @@ def analyze(
         "service_ms": service,
         "throughput_rps": thr,
         "throughput_ci_rps": stats.interval(thr_draws),
-        "offered_rps": float(len(req.scheduled_s[measured]) / dur),
-        "errors": errors,
+        "offered_rps": float(len(req.scheduled_s[measured]) / rows.dur),
+        "errors": st["errors"],
         "batch_size_mean": float(np.nanmean(req.batch_size[ok]))
         if np.any(~np.isnan(req.batch_size[ok]))
         else None,
-        "statuses": statuses,
-        "error_rate": error_rate,
+        "statuses": st["statuses"],
+        "error_rate": st["error_rate"],
         "send_lag_ms": send_lag,
         "phases_ms": phases_ms,
         "tail": tail,
-        "gpu": gpu,
-        "cpu": cpu,
-        "queue": queue,
-        "cold_start_s": cold,
+        "gpu": res["gpu"],
+        "cpu": res["cpu"],
+        "queue": res["queue"],
+        "cold_start_s": costs["cold_start_s"],
         "cold_start": (meta.get("server") or {}).get("cold_start") or [],
-        "cost_per_1k": steady,
-        "cost": {
-            "price_per_hour": price,
-            "slo_p99_ms": slo,
-            "slo_held": slo_held,
-            "note": cost_note,
-            "cost_per_1k_measured": cost.cost_per_1k(price, thr),
-            "autoscale": auto,
-        },
-        "bottleneck": bott,
+        "cost_per_1k": costs["cost_per_1k"],
+        "cost": costs["cost"],
+        "bottleneck": res["bottleneck"],
         "valid": valid,
         "invalid_reasons": reasons,
         "warnings": [f"INVALID: {r}" for r in reasons] + warnings,
-        "window_s": {"start": t0, "end": t1, "duration": dur},
+        "window_s": {"start": t0, "end": t1, "duration": rows.dur},
         "counts": {
             "rows": req.n,
-            "measured": n_measured,
-            "ok": n_ok,
-            "dropped": dropped,
+            "measured": st["n_measured"],
+            "ok": st["n_ok"],
+            "dropped": st["dropped"],
             "warmup": int(req.warmup.sum()),
         },
         "drift": drift,
@@ -284,9 +407,6 @@ def analyze(
         },
         "trace": meta.get("trace") or {},
         "versions": meta.get("versions") or {},
-        "series": {
-            "latency_cdf": [[float(i + 1) / max(n_lat, 1), float(lat_sorted[i])] for i in q_idx],
-            "utilization": bn.timeseries(ser, PLOT_METRICS),
-        },
+        "series": _plot_series(lat_sorted, res["series"]),
     }
     return RunResult(report=report, p99_draws=p99_draws, thr_draws=thr_draws, meta=meta)
