@@ -7,6 +7,7 @@ import itertools
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -46,6 +47,26 @@ class FakeClock:
         return self.now_ns
 
 
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        time.sleep(0.001)
+
+
+def blocked_takers(q: RequestQueue) -> int:
+    """Threads waiting on the queue's condition (CPython's Condition keeps them in ``_waiters``)."""
+    return len(q._cond._waiters)  # type: ignore[attr-defined]
+
+
+def start_taker(q: RequestQueue, max_items: int, max_delay_ns: int) -> tuple[threading.Thread, list[Any]]:
+    got: list[Any] = []
+    t = threading.Thread(target=lambda: got.append(q.take_batch(max_items, max_delay_ns)), daemon=True)
+    t.start()
+    return t, got
+
+
 # -- RequestQueue --------------------------------------------------------------------------------
 class TestRequestQueue:
     def test_batch_by_size_returns_at_once(self) -> None:
@@ -66,48 +87,48 @@ class TestRequestQueue:
         assert ids(q.take_batch(8, max_delay_ns=10 * MS)) == ["first", "second"]
 
     def test_delay_waits_for_companions_until_first_deadline(self) -> None:
-        q = RequestQueue(16)
-        t0 = time.perf_counter_ns()
-        q.put(pending("first", arrival_ns=t0))
-
-        def late() -> None:
-            time.sleep(0.03)
-            q.put(pending("late", arrival_ns=time.perf_counter_ns()))
-
-        threading.Thread(target=late, daemon=True).start()
-        batch = q.take_batch(8, max_delay_ns=150 * MS)
-        elapsed_ms = (time.perf_counter_ns() - t0) / MS
-        assert ids(batch) == ["first", "late"]
-        # Released at first arrival + 150 ms, not at the late request's arrival + 150 ms (~180 ms).
-        assert 140 <= elapsed_ms < 178
+        clock = FakeClock(0)
+        q = RequestQueue(16, clock=clock)
+        q.put(pending("first", arrival_ns=0))
+        t, got = start_taker(q, 8, max_delay_ns=20 * MS)
+        clock.now_ns = 5 * MS
+        q.put(pending("late", arrival_ns=5 * MS))
+        wait_until(lambda: blocked_takers(q) == 1, "the taker to wait")
+        assert t.is_alive()  # the fake clock is before the first deadline: nothing can be released
+        # First arrival + 20 ms: released, though the late request's own deadline (25 ms) never comes.
+        clock.now_ns = 20 * MS
+        t.join(10.0)  # generous: the taker re-reads the clock within its 20 ms (real) timed wait
+        assert not t.is_alive() and ids(got[0]) == ["first", "late"]
 
     def test_old_first_request_shortens_the_wait(self) -> None:
-        q = RequestQueue(16)
-        now = time.perf_counter_ns()
-        q.put(pending("old", arrival_ns=now - 80 * MS))
-        t0 = time.perf_counter()
-        assert ids(q.take_batch(8, max_delay_ns=100 * MS)) == ["old"]
-        assert time.perf_counter() - t0 < 0.08
+        clock = FakeClock(80 * MS)
+        q = RequestQueue(16, clock=clock)
+        q.put(pending("old", arrival_ns=0))
+        t, got = start_taker(q, 8, max_delay_ns=100 * MS)
+        wait_until(lambda: blocked_takers(q) == 1, "the taker to wait")
+        assert t.is_alive()
+        # 100 ms after its arrival, 20 ms after take_batch was called: counted from arrival.
+        clock.now_ns = 100 * MS
+        t.join(10.0)  # generous: the taker re-reads the clock within its 20 ms (real) timed wait
+        assert not t.is_alive() and ids(got[0]) == ["old"]
 
     def test_wakes_when_a_request_arrives(self) -> None:
         q = RequestQueue(4)
-        got: list[list[Pending] | None] = []
-        t = threading.Thread(target=lambda: got.append(q.take_batch(1, 0)), daemon=True)
-        t.start()
-        time.sleep(0.02)
+        t, got = start_taker(q, 1, 0)
+        wait_until(lambda: blocked_takers(q) == 1, "the taker to block on the empty queue")
         assert t.is_alive()
         q.put(pending("a", arrival_ns=time.perf_counter_ns()))
-        t.join(2.0)
+        t.join(10.0)  # generous: only a missed wake-up (an untimed wait) would make it time out
         assert not t.is_alive() and ids(got[0]) == ["a"]
 
     def test_full_queue_sheds_at_once(self) -> None:
         q = RequestQueue(2)
         q.put(pending("a"))
         q.put(pending("b"))
-        t0 = time.perf_counter()
+        # Nothing takes from this queue: a put that waited for room would never return, so raising
+        # at all shows it did not wait.
         with pytest.raises(QueueFull, match=r"full \(2 requests waiting\)"):
             q.put(pending("c"))
-        assert time.perf_counter() - t0 < 0.05
         assert len(q) == 2
         q.take_batch(1, 0)
         q.put(pending("d"))  # room again
@@ -126,13 +147,11 @@ class TestRequestQueue:
 
     def test_close_wakes_a_waiting_taker(self) -> None:
         q = RequestQueue(8)
-        got: list[Any] = ["unset"]
-        t = threading.Thread(target=lambda: got.__setitem__(0, q.take_batch(4, 0)), daemon=True)
-        t.start()
-        time.sleep(0.02)
+        t, got = start_taker(q, 4, 0)
+        wait_until(lambda: blocked_takers(q) == 1, "the taker to block on the empty queue")
         q.close()
-        t.join(2.0)
-        assert not t.is_alive() and got[0] is None
+        t.join(10.0)  # generous: only a missed wake-up (an untimed wait) would make it time out
+        assert not t.is_alive() and got == [None]
 
     def test_order_preserved_across_batches(self) -> None:
         q = RequestQueue(64, clock=FakeClock(0))
@@ -324,7 +343,8 @@ class TestPipeline:
         put_all(q, {f"r{i}": b"x" * (i + 1) for i in range(5)})
         pipe.start()
         pipe.stop(5.0)  # closes the queue: the last, partial batch leaves without its 1 s delay
-        done = out.wait_for(5, timeout_s=0.1)
+        # stop has returned, so all five were delivered; the timeout only bounds a failure.
+        done = out.wait_for(5, timeout_s=5.0)
         order = sorted(done.values(), key=lambda p: p.batch_id)
         assert [p.request_id for p in order] == [f"r{i}" for i in range(5)]
         assert [p.batch_size for p in order] == [2, 2, 2, 2, 1]
