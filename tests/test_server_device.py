@@ -40,8 +40,11 @@ def test_thread_roles_come_from_os_thread_names() -> None:
 
     t = threading.Thread(target=work, name="netgain-prepost_7")
     t.start()
-    time.sleep(0.3)
+    deadline = time.monotonic() + 10.0  # polled: on a loaded machine the thread may wait long for a core
     roles = read_thread_cpu()
+    while roles.get("prepost", 0.0) <= 0.0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+        roles = read_thread_cpu()
     stop.set()
     t.join()
     assert seen["comm"] == "ng-prepost_7"
