@@ -21,7 +21,7 @@ from conftest import server_env
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_families
 from prometheus_client.parser import text_string_to_metric_families
-from reliability_helpers import REPO_ROOT, run_load
+from reliability_helpers import REPO_ROOT, run_load, wait_for_counts
 
 from netgain.protos import InferenceStub, pb
 
@@ -329,7 +329,9 @@ def test_no_request_data_in_metric_labels_and_ids_are_validated(start_server: An
     ok_id = "a.B_c:9-" * 16
     _, call = stub.Infer.with_call(req, metadata=(("x-request-id", ok_id),), timeout=5.0)
     assert dict(call.trailing_metadata())["x-request-id"] == ok_id
-    time.sleep(1.5)  # the recorder thread and samplers catch up
+    # The recorder drains in order: once the last request (ok_id) is counted, every earlier one is too.
+    got = wait_for_counts(server.metrics_text, {"OK": 21})
+    assert got.get("OK", 0.0) >= 21, got
     for om in (False, True):
         text = server.metrics_text(openmetrics=om)
         labels = _label_values(text, om)
