@@ -310,6 +310,21 @@ def credentials(cfg: ServeConfig) -> Any:
     )
 
 
+MAX_CONNECTION_AGE_S = 300.0
+MAX_CONNECTION_AGE_ENV = "NETGAIN_GRPC_MAX_CONNECTION_AGE_S"
+
+
+def max_connection_age_s() -> float:
+    """A connection's age before GOAWAY: 300 s, or NETGAIN_GRPC_MAX_CONNECTION_AGE_S (> 0; the
+    reliability tests shorten it)."""
+    raw = os.environ.get(MAX_CONNECTION_AGE_ENV, "")
+    try:
+        value = float(raw) if raw else MAX_CONNECTION_AGE_S
+    except ValueError:
+        value = MAX_CONNECTION_AGE_S
+    return value if value > 0 else MAX_CONNECTION_AGE_S
+
+
 async def start_grpc(cfg: ServeConfig, servicer: Any, health_servicer: Any) -> tuple[grpc.aio.Server, int]:
     """The gRPC server (inference, health NOT_SERVING, reflection) listening on cfg's address."""
     opts = [
@@ -322,6 +337,19 @@ async def start_grpc(cfg: ServeConfig, servicer: Any, health_servicer: Any) -> t
         # instead of the server's own queue shedding them with RESOURCE_EXHAUSTED.
         ("grpc.server.max_pending_requests", max(10_000, 4 * cfg.max_queue_size)),
         ("grpc.server.max_pending_requests_hard_limit", max(20_000, 8 * cfg.max_queue_size)),
+        # Hostile senders (docs/reliability.md, 6). Streams per connection: more than the queue
+        # and the batches in flight can hold would only be shed, and each may buffer up to
+        # --max-message-mb while its body arrives. gRPC's default is unlimited.
+        ("grpc.max_concurrent_streams", max(256, 2 * cfg.max_queue_size)),
+        # A sender that stops reading (no PING ack) loses its connection, and the memory its
+        # half-sent messages hold, within keepalive time + timeout: ~30 s.
+        ("grpc.keepalive_time_ms", 20_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        # One that acks PINGs but never finishes a message is cut at the connection's age:
+        # GOAWAY after MAX_CONNECTION_AGE_S (+-10 % jitter), then calls still open get the grace
+        # period (--grace-s, as at shutdown), then the connection is closed. Clients reconnect on GOAWAY.
+        ("grpc.max_connection_age_ms", int(1000 * max_connection_age_s())),
+        ("grpc.max_connection_age_grace_ms", int(1000 * cfg.grace_s)),
     ]
     server = grpc.aio.server(options=opts)
     add_inference_servicer(servicer, server)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import time
@@ -17,6 +18,27 @@ from netgain.server.batching.queue import Pending, QueueClosed, QueueFull, Reque
 from netgain.server.telemetry.recorder import Recorder
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}\Z")  # \Z: "$" would accept a trailing newline
+
+
+class _DropInvalidEncoding(logging.Filter):
+    """gRPC's Cython layer logs an ERROR with a traceback each time it decodes a metadata value
+    that is not UTF-8 (twice per call: once to route it, once for invocation_metadata), then
+    decodes it as Latin-1. A client could flood the log with one bad header per request; the
+    servicer refuses such a request id itself (INVALID_ARGUMENT, counted in the metrics), so
+    these records are dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Invalid encoding on")
+
+
+_INVALID_ENCODING_FILTER = _DropInvalidEncoding()
+
+
+def quiet_grpc_decode_errors() -> None:
+    """Idempotent: installs the filter on gRPC's Cython logger."""
+    logger = logging.getLogger("grpc._cython.cygrpc")
+    if _INVALID_ENCODING_FILTER not in logger.filters:
+        logger.addFilter(_INVALID_ENCODING_FILTER)
 
 
 class Limits:
@@ -72,6 +94,7 @@ class InferenceServicer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._anon = 0
         self._prefix = f"srv{os.getpid()}-"
+        quiet_grpc_decode_errors()
 
     def deliver(self, reqs: list[Pending]) -> None:
         """Called from pipeline threads: one loop wake-up per group of finished requests."""
@@ -81,6 +104,8 @@ class InferenceServicer:
     def _request_id(self, context: Any) -> tuple[str, str | None]:
         for key, value in context.invocation_metadata() or ():
             if key == REQUEST_ID_KEY:
+                if not value.isascii():  # gRPC decoded non-UTF-8 bytes as Latin-1
+                    return "invalid", "x-request-id must be ASCII: 1-128 characters of A-Z a-z 0-9 . _ : -"
                 if not REQUEST_ID_RE.match(value):
                     return "invalid", "x-request-id must be 1-128 characters of A-Z a-z 0-9 . _ : -"
                 return value, None

@@ -19,6 +19,10 @@ class InvalidInput(ValueError):
     """A payload the handler cannot use. Fails only its own request with INVALID_ARGUMENT."""
 
 
+class NonFiniteOutput(ValueError):
+    """The model produced NaN or infinity for an item: its request fails (INTERNAL), never OK."""
+
+
 class Handler:
     """Base class for model handlers.
 
@@ -73,9 +77,20 @@ class Handler:
 
 
 def argmax_output(row: Any) -> pb.Output:
-    """Post-processing shared by the classifiers: top class and its softmax score."""
+    """Post-processing shared by the classifiers: top class and its softmax score.
+
+    A row holding NaN or infinity raises NonFiniteOutput: finite inputs can still overflow the
+    model (tabular features at +-3.4e38), and a NaN score must never be answered as OK. The
+    pipeline turns it into INTERNAL for that item only (the server cannot tell a model bug from an
+    input the model cannot represent, so it does not blame the caller)."""
     import torch
 
+    if not bool(torch.isfinite(row).all()):
+        bad = int((~torch.isfinite(row)).sum())
+        raise NonFiniteOutput(
+            f"model output is not finite ({bad} of {row.numel()} values NaN or infinite): "
+            "the input drove the model out of floating-point range"
+        )
     probs = torch.softmax(row.float(), dim=-1)
     score, label = torch.max(probs, dim=-1)
     return pb.Output(label=int(label), score=float(score))

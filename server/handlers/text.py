@@ -15,6 +15,12 @@ from netgain.protos import inference_pb2 as pb
 from netgain.server.handlers.base import Handler, InvalidInput, argmax_output
 
 SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]")
+#: Characters kept per token of ``max_len`` before tokenising. English WordPiece averages ~4-5
+#: characters a token, so the first ``16 * max_len`` characters hold more tokens than the model
+#: takes; the rest would be tokenised only to be truncated (a 10 MiB payload cost 12-22 s of CPU).
+CHARS_PER_TOKEN = 16
+#: Default cap on a text payload (``max_bytes``): 64 characters a token of the default max_len.
+DEFAULT_MAX_BYTES = 1 << 20
 
 
 def build_tokenizer(max_len: int) -> Any:  # a tokenizers.Tokenizer
@@ -41,7 +47,11 @@ def build_tokenizer(max_len: int) -> Any:  # a tokenizers.Tokenizer
 
 class TextHandler(Handler):
     """Options: ``max_len`` (tokens, default 128), ``layers`` (6), ``d_model`` (384), ``heads`` (6),
-    ``classes`` (2), ``pad`` (``longest`` in the batch, or ``fixed`` to max_len for fixed shapes)."""
+    ``classes`` (2), ``pad`` (``longest`` in the batch, or ``fixed`` to max_len for fixed shapes),
+    ``max_bytes`` (largest payload accepted, default 1 MiB).
+
+    Only the first ``CHARS_PER_TOKEN * max_len`` characters are tokenised (the model sees the first
+    ``max_len`` tokens of them), so a payload's CPU cost is bounded whatever its size."""
 
     name = "text"
 
@@ -59,6 +69,8 @@ class TextHandler(Handler):
             raise ValueError(f"handler option d_model={self.d_model} is not divisible by heads={self.heads}")
         self.pad_fixed = pad == "fixed"
         self.fixed_shapes = self.pad_fixed
+        self.max_bytes = self.int_option("max_bytes", DEFAULT_MAX_BYTES, lo=1)
+        self.max_chars = CHARS_PER_TOKEN * self.max_len
         self.tokenizer = build_tokenizer(self.max_len)
         self.vocab_size = self.tokenizer.get_vocab_size()
 
@@ -91,13 +103,22 @@ class TextHandler(Handler):
     def preprocess(self, item: pb.Input) -> Any:
         import torch
 
+        if len(item.data) > self.max_bytes:
+            raise InvalidInput(
+                f"text is {len(item.data)} bytes, over the limit of {self.max_bytes} bytes "
+                f"(handler option max_bytes; the model reads at most {self.max_len} tokens)"
+            )
         try:
             text = item.data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InvalidInput(f"text is not valid UTF-8 (byte {exc.start}: {exc.reason})") from None
-        if not text.strip():
-            raise InvalidInput("text is empty: send UTF-8 text in Input.data")
-        ids = self.tokenizer.encode(text).ids
+        # Cut before tokenising: what lies past max_chars would be truncated away anyway.
+        ids = self.tokenizer.encode(text[: self.max_chars]).ids
+        if len(ids) <= 2:  # only [CLS] [SEP]: nothing left after normalisation
+            raise InvalidInput(
+                "text is empty after normalisation (only whitespace, control characters, NUL or "
+                "zero-width characters): send UTF-8 text in Input.data"
+            )
         return torch.tensor(ids, dtype=torch.long)
 
     def collate(self, items: list[Any]) -> Any:

@@ -25,7 +25,8 @@ SERIES = ("total", *PHASES)  # the series, in this order; add() takes indexes in
 ALL = tuple(range(len(SERIES)))
 PER_REQUEST = (0, SERIES.index("queue"), SERIES.index("post"))  # the rest are shared by a batch
 SHARED = tuple(i for i in ALL if i not in PER_REQUEST)
-EXEMPLAR_ID_CHARS = 128 - len("request_id")  # OpenMetrics caps an exemplar's labels at 128 characters
+# OpenMetrics caps an exemplar's labels at 128 characters: ids longer than 118 get no exemplar.
+EXEMPLAR_ID_CHARS = 128 - len("request_id")
 
 
 class DurationHistograms:
@@ -44,13 +45,20 @@ class DurationHistograms:
             return
         now = time.time()
         idx = self.hist.add_rows(seconds, series)
-        # Latest request per bucket of the total: first occurrence in the reversed column.
-        buckets, first = np.unique(idx[::-1, 0], return_index=True)
-        last = dict(zip(buckets.tolist(), (len(idx) - 1 - first).tolist(), strict=True))
+        # Latest request per bucket of the total: first occurrence in the reversed column. A
+        # request id longer than an exemplar can hold is skipped, never cut: an exemplar's id must
+        # equal a request id (the bucket keeps its previous exemplar).
+        rows = np.fromiter(
+            (i for i, rid in enumerate(request_ids) if len(rid) <= EXEMPLAR_ID_CHARS), dtype=np.int64
+        )
+        if rows.size == 0:
+            return
+        col = idx[rows, 0][::-1]
+        buckets, first = np.unique(col, return_index=True)
+        last = dict(zip(buckets.tolist(), rows[::-1][first].tolist(), strict=True))
         with self.hist.lock:
             for b, i in last.items():
-                rid = request_ids[i][:EXEMPLAR_ID_CHARS]
-                self.exemplars[b] = Exemplar({"request_id": rid}, float(seconds[i, 0]), now)
+                self.exemplars[b] = Exemplar({"request_id": request_ids[i]}, float(seconds[i, 0]), now)
 
     def add_repeated(self, series: Sequence[int], seconds: Sequence[float], count: int) -> None:
         """``count`` requests with the same ``seconds`` in each of ``series`` (a batch's shared
