@@ -1,15 +1,109 @@
-"""Tiny inline-SVG charts (no matplotlib: the HTML report must build anywhere and stay self-contained)."""
+"""Tiny inline-SVG charts (no matplotlib: the HTML report must build anywhere and stay self-contained).
+
+This module owns the SVG primitives (document, escaping, polyline and polygon, bars, axis labels,
+legend); the report's charts below and the trace plot (``traces/render.py``) are drawn with them.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from html import escape
+
+__all__ = [
+    "COLORS",
+    "bar",
+    "bar_chart",
+    "empty",
+    "escape",
+    "legend",
+    "line_chart",
+    "open_svg",
+    "polygon",
+    "polyline",
+    "ticks",
+    "timeline",
+    "x_label",
+    "y_axis",
+]
 
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 640, 300, 64, 150, 28, 40
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 
 
-def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+# -- primitives ---------------------------------------------------------------------------------
+
+
+def open_svg(width: float, height: float, font_size: int | None = None) -> str:
+    """The opening ``<svg>`` tag of a standalone document ``width`` x ``height`` (sans-serif)."""
+    size = f' font-size="{font_size}"' if font_size is not None else ""
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif"{size}>'
+    )
+
+
+def _points(coords: Iterable[tuple[float, float]]) -> str:
+    return " ".join(f"{x:.1f},{y:.1f}" for x, y in coords)
+
+
+def polyline(coords: Iterable[tuple[float, float]], color: str, width: float = 1.5) -> str:
+    return f'<polyline fill="none" stroke="{color}" stroke-width="{width}" points="{_points(coords)}"/>'
+
+
+def polygon(coords: Iterable[tuple[float, float]], fill: str, stroke: str, width: float = 1) -> str:
+    return f'<polygon points="{_points(coords)}" fill="{fill}" stroke="{stroke}" stroke-width="{width}"/>'
+
+
+def bar(x: float, y: float, width: float, height: float, fill: str, tip: str) -> str:
+    """A filled rectangle whose tooltip is ``tip``."""
+    return (
+        f'<rect x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{height:.1f}" fill="{fill}">'
+        f"<title>{escape(tip)}</title></rect>"
+    )
+
+
+def y_axis(
+    values: Sequence[float],
+    to_y: Callable[[float], float],
+    x: float,
+    *,
+    grid_to: float | None = None,
+    label: Callable[[float], str] | None = None,
+    font_size: int | None = None,
+) -> list[str]:
+    """A label right-aligned left of ``x`` at each value, and a grid line from ``x`` to ``grid_to``
+    (or, without it, a short tick mark left of ``x``)."""
+    name = label or _fmt
+    size = f' font-size="{font_size}"' if font_size is not None else ""
+    out = []
+    for v in values:
+        y = to_y(v)
+        if grid_to is not None:
+            mark = f'<line x1="{x}" x2="{grid_to}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eee"/>'
+            out.append(f'<text x="{x - 4}" y="{y + 4:.1f}" text-anchor="end"{size}>{name(v)}</text>{mark}')
+        else:
+            mark = f'<line x1="{x - 4}" x2="{x}" y1="{y:.1f}" y2="{y:.1f}" stroke="#999"/>'
+            out.append(f'{mark}<text x="{x - 6}" y="{y + 4:.1f}" text-anchor="end"{size}>{name(v)}</text>')
+    return out
+
+
+def x_label(x: float, y: float, text: str, font_size: int | None = None) -> str:
+    """An axis label centred on ``x``."""
+    size = f' font-size="{font_size}"' if font_size is not None else ""
+    return f'<text x="{x:.1f}" y="{y}"{size} text-anchor="middle">{escape(text)}</text>'
+
+
+def legend_entry(i: int, name: str, x: float, y0: float) -> str:
+    """The ``i``-th legend line: ``name`` in the ``i``-th series colour."""
+    return f'<text x="{x}" y="{y0 + 14 * (i + 1)}" fill="{COLORS[i % len(COLORS)]}">{escape(name)}</text>'
+
+
+def legend(names: Iterable[str], x: float, y0: float) -> list[str]:
+    return [legend_entry(i, name, x, y0) for i, name in enumerate(names)]
+
+
+def ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     if hi <= lo:
         return [lo]
     step = 10 ** math.floor(math.log10((hi - lo) / n))
@@ -25,10 +119,12 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"
 
 
+# -- the report's charts ------------------------------------------------------------------------
+
+
 def _frame(title: str, xlabel: str, ylabel: str) -> list[str]:
     return [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
-        f'font-family="sans-serif" font-size="11">',
+        open_svg(W, H, font_size=11),
         f'<text x="{PAD_L}" y="16" font-size="13" font-weight="bold">{escape(title)}</text>',
         f'<text x="{(W - PAD_R + PAD_L) / 2}" y="{H - 6}" text-anchor="middle">{escape(xlabel)}</text>',
         f'<text x="12" y="{(H + PAD_T - PAD_B) / 2}" transform="rotate(-90 12 {(H + PAD_T - PAD_B) / 2})" '
@@ -68,28 +164,21 @@ def line_chart(
         f'<rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - PAD_R}" height="{H - PAD_T - PAD_B}" '
         'fill="none" stroke="#999"/>'
     )
-    for t in _ticks(y0, y1):
-        out.append(
-            f'<text x="{PAD_L - 4}" y="{sy(t) + 4:.1f}" text-anchor="end">{_fmt(t)}</text>'
-            f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#eee"/>'
-        )
-    for t in _ticks(x0, x1):
+    out += y_axis(ticks(y0, y1), sy, PAD_L, grid_to=W - PAD_R)
+    for t in ticks(x0, x1):
         label = _fmt(10**t) if logx else _fmt(t)
-        xp = PAD_L + (t - x0) / (x1 - x0) * (W - PAD_L - PAD_R)
-        out.append(f'<text x="{xp:.1f}" y="{H - PAD_B + 14}" text-anchor="middle">{label}</text>')
+        out.append(x_label(PAD_L + (t - x0) / (x1 - x0) * (W - PAD_L - PAD_R), H - PAD_B + 14, label))
     for i, (name, s) in enumerate(series.items()):
         color = COLORS[i % len(COLORS)]
-        coords: list[str] = []
+        coords: list[tuple[float, float]] = []
         for j, (x, y) in enumerate(s):
             if step and j:
-                coords.append(f"{sx(x):.1f},{sy(s[j - 1][1]):.1f}")
-            coords.append(f"{sx(x):.1f},{sy(y):.1f}")
-        out.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" points="{" ".join(coords)}"/>')
+                coords.append((sx(x), sy(s[j - 1][1])))
+            coords.append((sx(x), sy(y)))
+        out.append(polyline(coords, color))
         if markers:
             out += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>' for x, y in s]
-        out.append(
-            f'<text x="{W - PAD_R + 8}" y="{PAD_T + 14 * (i + 1)}" fill="{color}">{escape(name)}</text>'
-        )
+        out.append(legend_entry(i, name, W - PAD_R + 8, PAD_T))
     return "\n".join([*out, "</svg>"])
 
 
@@ -107,32 +196,20 @@ def bar_chart(categories: list[str], series: dict[str, list[float | None]], titl
     out = _frame(title, "", ylabel)
     group_w = plot_w / len(categories)
     bar_w = group_w * 0.8 / max(1, len(series))
-    for t in _ticks(y0, y1):
-        out.append(
-            f'<text x="{PAD_L - 4}" y="{sy(t) + 4:.1f}" text-anchor="end">{_fmt(t)}</text>'
-            f'<line x1="{PAD_L}" x2="{W - PAD_R}" y1="{sy(t):.1f}" y2="{sy(t):.1f}" stroke="#eee"/>'
-        )
+    out += y_axis(ticks(y0, y1), sy, PAD_L, grid_to=W - PAD_R)
     for ci, cat in enumerate(categories):
         gx = PAD_L + ci * group_w + group_w * 0.1
-        out.append(
-            f'<text x="{gx + group_w * 0.4:.1f}" y="{H - PAD_B + 14}" text-anchor="middle">'
-            f"{escape(cat)}</text>"
-        )
+        out.append(x_label(gx + group_w * 0.4, H - PAD_B + 14, cat))
         for si, (_, s) in enumerate(series.items()):
             v = s[ci]
             if v is None:
                 continue
             top, bottom = sy(max(v, 0.0)), sy(min(v, 0.0))
+            color = COLORS[si % len(COLORS)]
             out.append(
-                f'<rect x="{gx + si * bar_w:.1f}" y="{top:.1f}" width="{bar_w * 0.95:.1f}" '
-                f'height="{max(bottom - top, 0.5):.1f}" fill="{COLORS[si % len(COLORS)]}">'
-                f"<title>{escape(cat)}: {_fmt(v)}</title></rect>"
+                bar(gx + si * bar_w, top, bar_w * 0.95, max(bottom - top, 0.5), color, f"{cat}: {_fmt(v)}")
             )
-    for si, name in enumerate(series):
-        out.append(
-            f'<text x="{W - PAD_R + 8}" y="{PAD_T + 14 * (si + 1)}" fill="{COLORS[si % len(COLORS)]}">'
-            f"{escape(name)}</text>"
-        )
+    out += legend(series, W - PAD_R + 8, PAD_T)
     return "\n".join([*out, "</svg>"])
 
 

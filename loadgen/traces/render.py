@@ -1,13 +1,14 @@
-"""Show a trace: a text summary with ASCII charts, and a self-contained SVG plot (no matplotlib)."""
+"""Show a trace: a text summary with ASCII charts, and a self-contained SVG plot (no matplotlib),
+drawn with the report's SVG primitives (``analysis/svg.py``)."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
-from xml.sax.saxutils import escape
 
 import numpy as np
 
+from netgain.loadgen.analysis.svg import bar, escape, open_svg, polygon, x_label, y_axis
 from netgain.loadgen.traces.model import Trace
 
 Bin = tuple[float, float, int]  # (low, high, count); low == high == 0 counts zeros
@@ -122,16 +123,15 @@ def _panel(x0: float, y0: float, w: float, h: float, title: str, xlabel: str, ym
     out = [
         f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="#fafafa" stroke="#999"/>',
         f'<text x="{x0}" y="{y0 - 8}" font-size="13" font-weight="bold">{escape(title)}</text>',
-        f'<text x="{x0 + w / 2}" y="{y0 + h + 32}" font-size="11" text-anchor="middle">'
-        f"{escape(xlabel)}</text>",
+        x_label(x0 + w / 2, y0 + h + 32, xlabel, font_size=11),
     ]
-    for frac in (0.0, 0.5, 1.0):
-        y = y0 + h - frac * h
-        out.append(f'<line x1="{x0 - 4}" y1="{y:.1f}" x2="{x0}" y2="{y:.1f}" stroke="#999"/>')
-        out.append(
-            f'<text x="{x0 - 6}" y="{y + 4:.1f}" font-size="10" text-anchor="end">{_fmt(ymax * frac)}</text>'
-        )
-    return out
+    return out + y_axis(
+        (0.0, 0.5, 1.0),
+        lambda frac: y0 + h - frac * h,
+        x0,
+        label=lambda frac: _fmt(ymax * frac),
+        font_size=10,
+    )
 
 
 def _hist_svg(
@@ -145,10 +145,7 @@ def _hist_svg(
     for k, (lo, hi, c) in enumerate(hist):
         bh = (c / total) / top * h if top else 0
         x = x0 + k * bw
-        out.append(
-            f'<rect x="{x + 1:.1f}" y="{y0 + h - bh:.1f}" width="{bw - 2:.1f}" height="{bh:.1f}" '
-            f'fill="#4c78a8"><title>{escape(_fmt(lo))}-{escape(_fmt(hi))} {unit}: {c}</title></rect>'
-        )
+        out.append(bar(x + 1, y0 + h - bh, bw - 2, bh, "#4c78a8", f"{_fmt(lo)}-{_fmt(hi)} {unit}: {c}"))
         if k % max(1, len(hist) // 5) == 0:
             label = "0" if hi == 0 else _fmt(lo)
             out.append(f'<text x="{x:.1f}" y="{y0 + h + 14}" font-size="10">{escape(label)}</text>')
@@ -167,8 +164,7 @@ def svg_plot(trace: Trace, info: dict[str, Any]) -> str:
     pw, ph = W - 2 * m, 200
     top = float(rates.max()) if rates.shape[0] and rates.max() > 0 else 1.0
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
-        'font-family="sans-serif">',
+        open_svg(W, H),
         f'<rect width="{W}" height="{H}" fill="white"/>',
         f'<text x="{m}" y="22" font-size="14">{escape(info["source"] or "trace")}: {info["requests"]:,} '
         f"requests, {info['duration_s']:.1f} s, mean {info['mean_rate']:.1f} req/s</text>",
@@ -176,16 +172,15 @@ def svg_plot(trace: Trace, info: dict[str, Any]) -> str:
     out += _panel(m, 50, pw, ph, f"rate over time (req/s, {_fmt(info['bin_s'])} s bins)", "seconds", top)
     if rates.shape[0]:
         xs = m + np.arange(rates.shape[0] + 1) / max(rates.shape[0], 1) * pw
-        pts = [f"{xs[0]:.1f},{50 + ph:.1f}"]
+        pts = [(float(xs[0]), 50.0 + ph)]
         for k, r in enumerate(rates):
             y = 50 + ph - r / top * ph
-            pts += [f"{xs[k]:.1f},{y:.1f}", f"{xs[k + 1]:.1f},{y:.1f}"]
-        pts.append(f"{xs[-1]:.1f},{50 + ph:.1f}")
-        out.append(f'<polygon points="{" ".join(pts)}" fill="#9ecae9" stroke="#1f77b4" stroke-width="1"/>')
+            pts += [(float(xs[k]), y), (float(xs[k + 1]), y)]
+        pts.append((float(xs[-1]), 50.0 + ph))
+        out.append(polygon(pts, fill="#9ecae9", stroke="#1f77b4", width=1))
         for frac in (0.0, 0.25, 0.5, 0.75, 1.0):
             out.append(
-                f'<text x="{m + frac * pw:.1f}" y="{50 + ph + 14}" font-size="10" text-anchor="middle">'
-                f"{_fmt(frac * rates.shape[0] * bin_s)}</text>"
+                x_label(m + frac * pw, 50 + ph + 14, _fmt(frac * rates.shape[0] * bin_s), font_size=10)
             )
     hw = (W - 3 * m) / 2
     gaps = np.diff(trace.t_s) * 1e3
