@@ -1,0 +1,83 @@
+"""meta.json of a run: the configuration, versions, hosts, the servers' info, the trace, the
+workers, the counts and the validity verdict."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import time
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from netgain.contract import rundir as files
+from netgain.loadgen.runner.config import LoadConfig
+
+if TYPE_CHECKING:
+    from netgain.loadgen.runner.master import Master
+
+
+def build_meta(
+    cfg: LoadConfig, master: Master, infos: list[Any], model: str, counts: dict[str, int], reasons: list[str]
+) -> dict[str, Any]:
+    import locust
+    from google.protobuf.json_format import MessageToDict
+
+    server = MessageToDict(infos[0], preserving_proto_field_name=True) if infos else {}
+    config = asdict(cfg)
+    config.pop("command", None)
+    config.update(
+        rate=len(master.schedule) / max(1e-9, cfg.warmup_s + cfg.duration_s),
+        model=model,
+        arrival=master.schedule.source,
+        # The ports bound (-1: not served), so a port given as 0 can be found; the flags as given too.
+        metrics_port=master.metrics_port,
+        metrics_port_requested=cfg.metrics_port,
+        web_port=master.web_port,
+        web_port_requested=cfg.web_port,
+    )
+    return {
+        "schema": files.SCHEMA_VERSION,
+        "run_id": master.run_id,
+        "command": cfg.command,
+        "config": config,
+        "versions": {
+            "client": {
+                "python": platform.python_version(),
+                "grpc": grpc.__version__,
+                "locust": getattr(locust, "__version__", ""),
+                "netgain": _netgain_version(),
+            },
+            "server": server.get("versions", {}),
+        },
+        "host": {"client": socket.gethostname(), "server": server.get("host", "")},
+        "server": server,
+        "targets": [MessageToDict(i, preserving_proto_field_name=True) for i in infos[1:]],
+        "trace": {
+            "digest": master.schedule.digest,
+            "source": master.schedule.source,
+            "requests": len(master.schedule),
+            "duration_s": master.schedule.duration_s,
+            "mean_rate": len(master.schedule) / max(1e-9, master.schedule.duration_s),
+        },
+        "epoch_unix_ns": master.epoch_ns,
+        "start_unix_s": master.epoch_ns / 1e9,
+        "end_unix_s": getattr(master, "end_unix_s", time.time()),
+        "workers": {
+            "expected": master.workers.total,
+            "lost": sorted(master.workers.lost),
+            "cpu_ratio": master.workers.cpu(),
+        },
+        "counts": counts,
+        "validity": {"valid": not reasons, "reasons": reasons},
+    }
+
+
+def _netgain_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("netgain")
+    except Exception:
+        return ""
