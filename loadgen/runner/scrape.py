@@ -48,9 +48,8 @@ SCHEMA = sample_schema()
 class Samples:
     """Rows go to ``path`` a row group at a time (every ``flush_rows`` or ``flush_s`` seconds,
     whichever comes first), so an hour-long soak does not hold its samples in the master's
-    memory; ``close()`` writes the rest. The time bound matters: at ~10 rows a second, 20,000
-    rows took half an hour, and rows kept that long among the short-lived objects of every
-    records message pin the Python allocator's arenas."""
+    memory; ``close()`` writes the rest. The time bound matters: rows kept long among the
+    short-lived objects of every records message pin the Python allocator's arenas."""
 
     def __init__(
         self,

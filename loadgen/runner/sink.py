@@ -15,10 +15,8 @@ class RecordSink:
     """Keeps each message of records as the Arrow record batch it arrived as (``add_batch``) and
     writes a row group every ``flush_rows`` rows.
 
-    Memory stays bounded by ``flush_rows`` rows (in Arrow buffers, not Python objects) plus one
-    flag byte per scheduled request (to know which requests have a row), so hour-long soaks do
-    not grow the master. Holding a row group as Python lists (a million objects at 50,000 rows)
-    fragmented the master's heap: its RSS crept up ~20 MB/h in hour-long soaks.
+    Memory stays bounded by ``flush_rows`` rows (in Arrow buffers, not Python objects, which
+    fragment the heap) plus one flag byte per scheduled request (to know which requests have a row).
     """
 
     def __init__(self, path: str, scheduled: int, flush_rows: int = 50_000) -> None:

@@ -25,9 +25,8 @@ def records_batch(cols: dict[str, list[Any]]) -> pa.RecordBatch:
 def encode_records(cols: dict[str, list[Any]]) -> bytes:
     """Record columns → Arrow IPC stream bytes, as workers send them to the master.
 
-    The master then decodes a message into a few Arrow buffers instead of ~20 Python objects per
-    record: that churn of small objects, interleaved with longer-lived ones, kept Python's
-    allocator from returning its arenas, and the master's RSS crept up ~25 MB/h in soaks."""
+    The master then decodes a message into a few Arrow buffers instead of Python objects per
+    record, whose churn among longer-lived objects keeps Python's allocator from returning arenas."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, SCHEMA) as writer:
         writer.write_batch(records_batch(cols))
