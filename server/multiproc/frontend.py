@@ -138,6 +138,7 @@ class Handoff:
         if entry is None:
             return
         p, slots = entry
+        now = self.clock()  # post starts here: the post-processing below is the frontend's post
         s = p.spans
         s["pre"] = s.get("pre", 0) + spans[0]
         s["h2d"], s["kernel"], s["d2h"] = spans[1:]
@@ -150,16 +151,16 @@ class Handoff:
             except Exception as exc:
                 log.exception("postprocess failed for request %s", p.request_id)
                 p.fail("INTERNAL", f"postprocess error: {type(exc).__name__}: {exc}")
-        self._finish(seq)
+        self._finish(seq, now)
 
-    def _finish(self, seq: int) -> None:
+    def _finish(self, seq: int, post_start_ns: int | None = None) -> None:
         p, slots = self.pending.pop(seq)
         self.free.extend(slots)
-        now = self.clock()
+        now = self.clock() if post_start_ns is None else post_start_ns
         s = p.spans
         for phase in ("pre", "h2d", "kernel", "d2h"):
             s.setdefault(phase, 0)
-        # Everything between arrival and now that no stage measured was waiting: queue.
+        # Everything between arrival and post that no stage measured was waiting: queue.
         s["queue"] = max(0, now - p.arrival_ns - s["pre"] - s["h2d"] - s["kernel"] - s["d2h"])
         p.post_start_ns = now
         fut = p.future
