@@ -116,7 +116,23 @@ def test_locust_master_and_workers_agree_with_code() -> None:
     assert host in SERVICES and int(port) == 50051
     assert "--master-bind-port=5557" in command("locust-master")
     assert {"--worker", "--master-host=locust-master", "--master-port=5557"} <= set(command("locust-worker"))
-    assert "replicas" not in SERVICES["locust-worker"].get("deploy", {}), "scale workers with --scale"
+    # The header's own command (`--scale locust-worker=N`) and a plain `up` both start as many
+    # workers as the master waits for: no worker left idle, no master waiting for one never started.
+    header = [
+        ln for ln in (DEPLOY / "compose.yaml").read_text().splitlines() if "--scale locust-worker=" in ln
+    ]
+    scaled = {
+        int(n) for ln in header for n in re.findall(r"--scale locust-worker=(\d+)", ln) if ln.startswith("#")
+    }
+    replicas = int(expand(str(SERVICES["locust-worker"]["deploy"]["replicas"])))
+    assert scaled == {m.remote_workers} and replicas == m.remote_workers, (scaled, replicas, m.remote_workers)
+    raw_master = " ".join(SERVICES["locust-master"]["command"])
+    assert "${NETGAIN_REMOTE_WORKERS:-" in raw_master
+    assert "${NETGAIN_REMOTE_WORKERS:-" in str(SERVICES["locust-worker"]["deploy"]["replicas"])
+    # Variables the containers read are the ones netgain reads for that subcommand.
+    for svc in ("server-cpu", "server-gpu"):
+        env = SERVICES[svc].get("environment") or {}
+        assert "NETGAIN_SEED" not in env and "NETGAIN_SERVE_SEED" in env
 
 
 def test_prometheus_scrapes_the_compose_services() -> None:
