@@ -39,6 +39,7 @@ class ServerProcess:
         self.grpc_port = 0
         self.metrics_port = -1
         self.spawned_at = 0.0
+        self._log_from = 0  # where this start's lines begin in the log
 
     @property
     def target(self) -> str:
@@ -60,6 +61,7 @@ class ServerProcess:
             *self.args,
         ]
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
+        self._log_from = os.path.getsize(self.log_path) if self.log_path else 0
         self.spawned_at = time.time()
         self.proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT if self.log_path else None, stdin=subprocess.DEVNULL
@@ -67,10 +69,7 @@ class ServerProcess:
         deadline = time.monotonic() + 60.0
         while not os.path.exists(self.ports_file):
             if self.proc.poll() is not None:
-                raise NetgainError(
-                    f"server exited with status {self.proc.returncode} during start-up"
-                    + (f"; see {self.log_path}" if self.log_path else "")
-                )
+                raise NetgainError(self._exited("during start-up"))
             if time.monotonic() > deadline:
                 self.stop()
                 raise NetgainError("server did not bind its ports within 60 s")
@@ -97,9 +96,7 @@ class ServerProcess:
             while True:
                 assert self.proc is not None
                 if self.proc.poll() is not None:
-                    raise NetgainError(
-                        f"server exited with status {self.proc.returncode} while loading the model"
-                    )
+                    raise NetgainError(self._exited("while loading the model"))
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise NetgainError(f"server not SERVING within {self.ready_timeout_s:.0f} s")
@@ -118,6 +115,29 @@ class ServerProcess:
                         # current status first), or a transition in the pause is seen late.
                         continue
                 time.sleep(0.01)  # the stream was refused or ended before SERVING: look again
+
+    def reason(self) -> str:
+        """The server's own last word in its log since this start: its one-line ``error:``, else
+        its last line ("" without a log)."""
+        if not self.log_path:
+            return ""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self._log_from)
+                lines = [ln.strip() for ln in fh.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        errors = [ln for ln in lines if "error:" in ln]
+        return (errors or lines or [""])[-1][:500]
+
+    def _exited(self, when: str) -> str:
+        assert self.proc is not None
+        why = self.reason()
+        return (
+            f"server exited with status {self.proc.returncode} {when}"
+            + (f": {why}" if why else "")
+            + (f" (log: {self.log_path})" if self.log_path else "")
+        )
 
     def stop(self, timeout_s: float = 30.0) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
@@ -138,9 +158,12 @@ class ServerProcess:
         self.stop()
 
 
-def run_load(args: Sequence[str], quiet: bool = False) -> int:
-    """``netgain load ARGS`` in a child process (it patches the standard library for gevent)."""
+def run_load(args: Sequence[str], quiet: bool = False, force: bool = True) -> int:
+    """``netgain load ARGS`` in a child process (it patches the standard library for gevent).
+    ``force``: the experiments own their run directories and replace a run there (``--force``)."""
     cmd = [sys.executable, "-m", "netgain.cli", "load", *args]
     if quiet:
         cmd.append("--quiet")
+    if force:
+        cmd.append("--force")
     return subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False).returncode

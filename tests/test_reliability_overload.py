@@ -74,7 +74,7 @@ def test_spike_at_five_times_capacity_is_shed_and_recovers(start_server: Any, tm
         )
     finally:
         sampler.stop()
-    assert res.returncode in (0, 3), res.stderr + res.stdout  # 3: invalid (errors), still a full run dir
+    assert res.returncode in (0, 3, 5), res.stderr + res.stdout  # 3 invalid, 5 failed: still a full run dir
     meta = read_meta(out)
     counts = meta["counts"]
     assert counts["scheduled"] == n_spike + n_normal == accounted(counts)  # nothing lost

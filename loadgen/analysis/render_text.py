@@ -31,9 +31,11 @@ def headline(r: dict[str, Any]) -> list[str]:
             f"(treatment {r['treatment']['device']} vs baseline {r['baseline']['device']})"
         )
         lines += [f"  - {x}" for x in v["reasons"]]
+    failed = r.get("failed_headline") or ""
     lines.append(
         f"RUN: {'VALID' if r['valid'] else 'INVALID'}"
         + ("" if r["valid"] else " - " + "; ".join(r.get("invalid_reasons") or []))
+        + (f" - {failed}" if failed else "")
     )
     return lines
 

@@ -9,8 +9,8 @@ from typing import Any
 from netgain.contract import rundir as files
 from netgain.loadgen.analysis import comparison as cmp
 from netgain.loadgen.analysis.cost import capacity_from_points
-from netgain.loadgen.analysis.rundir import AnalysisError, load_meta
 from netgain.loadgen.analysis.run_summary import analyze
+from netgain.loadgen.analysis.rundir import AnalysisError, load_meta
 
 
 def sweep_points(
@@ -110,6 +110,7 @@ def build_report(
     )
     report: dict[str, Any] = dict(treat.report)
     report["slo_p99_ms"] = slo
+    report["failed_headline"] = failed_headline(report)
     if sweep is not None:
         report["sweep"] = sweep
     if bmeta is not None and baseline_dir is not None:
@@ -133,6 +134,26 @@ def build_report(
     else:
         report["comparison"] = False
     return report
+
+
+def failed_headline(r: dict[str, Any]) -> str:
+    """The headline's words for the measured requests that failed ("" when none did): "TARGET WENT
+    AWAY" when a tenth or more were UNAVAILABLE (the server died, refused or was unreachable), as
+    ``netgain load``'s last line says; "REQUESTS FAILED" for other failures. From ``errors`` and
+    ``counts.measured``, which hold the numbers."""
+    errors = {str(k): int(v) for k, v in (r.get("errors") or {}).items()}
+    measured = int((r.get("counts") or {}).get("measured") or 0)
+    n = sum(errors.values())
+    if not n or not measured:
+        return ""
+    unavailable = errors.get("UNAVAILABLE", 0)
+    if unavailable * 10 >= measured:
+        return (
+            f"TARGET WENT AWAY: {unavailable} of {measured} measured requests "
+            f"({unavailable / measured:.0%}) UNAVAILABLE (server gone, connection refused)"
+        )
+    parts = ", ".join(f"{v} {k}" for k, v in sorted(errors.items(), key=lambda kv: -kv[1]))
+    return f"REQUESTS FAILED: {n} of {measured} measured ({parts})"
 
 
 def _json_default(o: Any) -> Any:

@@ -104,7 +104,7 @@ def _load(cfg: CompareConfig, side: Side, target: str, out: str, *, warmup_s: fl
         *extra,
     ]
     rc = run_load(args, quiet=True)
-    if rc not in (0, 3, 4):
+    if rc not in (0, 3, 4, 5):
         raise NetgainError(f"netgain load failed (exit {rc}) for {out}")
     return rc
 
@@ -205,7 +205,7 @@ def run_side(cfg: CompareConfig, side: Side, progress: Progress) -> dict[str, An
                     "--slo-p99-ms",
                     str(cfg.slo_p99_ms),
                 ]
-                if run_load(args, quiet=True) not in (0, 3, 4):
+                if run_load(args, quiet=True) not in (0, 3, 4, 5):
                     raise NetgainError(f"netgain load failed for {run_dir}")
             progress.step(
                 f"{side.name} {side.device} sweep batch {b} at {rate:g} req/s: p99 {_p99(run_dir):.2f} ms"

@@ -123,7 +123,9 @@ class Engine:
         self.epoch_perf_ns = 0
         self.index, self.t_ns, self.size, self.items = plan.arrays()
         self.bodies: list[bytes] = []
-        self.payloads = PayloadFactory(plan.model, plan.handler_options, plan.seed)
+        self.payloads = PayloadFactory(
+            plan.model, plan.handler_options, plan.seed, variants=int(plan.extra.get("payload_variants", 8))
+        )
         self.selector: PreciseSelector | None = None
         self._next = 0  # open loop: the next request to send
         self._tasks: set[asyncio.Task[None]] = set()

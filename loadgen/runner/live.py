@@ -103,6 +103,7 @@ class LiveStats:
         self.dropped = 0
         self.measured = 0  # rows outside the warm-up, any status (the report's measured window)
         self.measured_ok = 0  # of them, status OK
+        self.measured_codes: dict[str, int] = {}  # of them, rows by status
         self.in_flight: dict[int, int] = {}
         self.worker_cpu: dict[int, float] = {}
         self._last_sent = 0
@@ -142,6 +143,10 @@ class LiveStats:
             self.lag_check.add(lag_ms)
         self.measured += int(measured.sum())
         self.measured_ok += int((measured & is_ok).sum())
+        measured_status = status if measured.all() else status.filter(pa.array(measured))
+        for c in measured_status.value_counts().to_pylist():
+            code = str(c["values"])
+            self.measured_codes[code] = self.measured_codes.get(code, 0) + int(c["counts"])
         by_code = {c["values"]: int(c["counts"]) for c in status.value_counts().to_pylist()}
         n_ok, n_answered = by_code.get("OK", 0), len(batch) - done_col.null_count
         if done_col.null_count:  # only answered OKs count (the engine writes none without a done time)
@@ -196,6 +201,26 @@ class LiveStats:
         if max_error_rate is not None and rate is not None and rate > max_error_rate:
             out.append(f"error rate {rate:.4f} > {max_error_rate}")
         return out
+
+    def measured_failures(self) -> str:
+        """The measured requests that failed, by status ("" when none did): ``netgain load`` exits 5
+        on them unless ``--max-error-rate`` says how many may fail."""
+        bad = {k: v for k, v in self.measured_codes.items() if k != "OK"}
+        if not bad:
+            return ""
+        parts = ", ".join(f"{v} {k}" for k, v in sorted(bad.items(), key=lambda kv: -kv[1]))
+        return f"{sum(bad.values())} of {self.measured} measured requests failed ({parts})"
+
+    def target_gone(self) -> str:
+        """ "TARGET WENT AWAY ..." when a tenth or more of the measured requests were UNAVAILABLE
+        (the server died, refused connections or was unreachable), else ""."""
+        unavailable = self.measured_codes.get("UNAVAILABLE", 0)
+        if not self.measured or unavailable * 10 < self.measured:
+            return ""
+        return (
+            f"TARGET WENT AWAY: {unavailable} of {self.measured} measured requests "
+            f"({unavailable / self.measured:.0%}) UNAVAILABLE (server gone, connection refused)"
+        )
 
     def send_lag_exceeded(self) -> bool:
         """Send-lag p99 above ``max_send_lag_ms``, exactly as the report's validity check."""

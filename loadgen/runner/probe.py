@@ -25,12 +25,16 @@ def probe_target(
     wait_ready_s: float = 0.0,
     tls_ca: str | None = None,
     say: Callable[[str], None] | None = None,
+    refused_grace_s: float | None = None,
 ) -> Any:
     """ServerInfo of ``target`` once its health is SERVING (waiting up to ``wait_ready_s``;
-    ``say`` is told once when the wait begins)."""
+    ``say`` is told once when the wait begins). With ``refused_grace_s``, a connection still
+    refused after that long fails at once: nothing listens there, which waiting rarely mends
+    (``--wait-ready-s`` given explicitly waits for that too, as for a server that is starting)."""
     if ":" not in target:
         raise NetgainError(f"--target {target!r}: expected HOST:PORT")
-    deadline = time.monotonic() + wait_ready_s
+    start = time.monotonic()
+    deadline = start + wait_ready_s
     last = ""
     said = False
     with channel_for(target, tls_ca) as ch:
@@ -43,12 +47,23 @@ def probe_target(
                 last = f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)}"
             except grpc.RpcError as exc:
                 last = f"{exc.code().name}: {exc.details()}"
+                refused = "refused" in str(exc.details()).lower()
+                if refused and refused_grace_s is not None and time.monotonic() - start >= refused_grace_s:
+                    raise NetgainError(
+                        f"target {target} refused the connection: nothing listens there; is `netgain "
+                        "serve` running, on that port? (--wait-ready-s S waits S s for a starting server)"
+                    ) from None
             if time.monotonic() >= deadline:
                 raise NetgainError(
                     f"target {target} is not ready ({last}); is `netgain serve` running there? "
                     "(--wait-ready-s waits for it)"
                 )
             if not said and say is not None:  # a silent wait of up to --wait-ready-s looks like a hang
-                say(f"waiting up to {wait_ready_s:g} s for {target} to be SERVING ({last})")
+                grace = (
+                    ""
+                    if refused_grace_s is None
+                    else f"; refused connections fail after {refused_grace_s:g} s"
+                )
+                say(f"waiting up to {wait_ready_s:g} s for {target} to be SERVING ({last}){grace}")
                 said = True
             time.sleep(0.2)

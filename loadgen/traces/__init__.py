@@ -6,9 +6,9 @@ rescale keeping the shape, fit arrival models and describe a trace. See docs/tra
 
 from netgain.loadgen.traces.access_log import import_access_log
 from netgain.loadgen.traces.fit import fit, params_from_fit
+from netgain.loadgen.traces.inspect import inspect_trace
 from netgain.loadgen.traces.io import read_trace, write_trace
 from netgain.loadgen.traces.model import Trace, TraceError
-from netgain.loadgen.traces.inspect import inspect_trace
 from netgain.loadgen.traces.synth import ARRIVALS, rescale, synthesize
 
 __all__ = [

@@ -62,6 +62,11 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     fmt = trace_format(p)
     if not p.is_file():
         raise FileNotFoundError(f"trace file {str(p)!r} does not exist")
+    names = _all_columns(p, fmt)
+    if names is not None:  # the readers keep only t/size/items: judge the others here
+        header = 1 if fmt == "csv" else None
+        _pick_time(names, str(p), header)
+        _unknown_columns(names, str(p), header)
     if fmt == "csv":
         table, locate = _read_csv(p)
     elif fmt == "jsonl":
@@ -71,11 +76,66 @@ def read_trace(path: str | os.PathLike[str]) -> Trace:
     return table_to_trace(table, str(p), locate, source=f"file:{p}", header_line=1 if fmt == "csv" else None)
 
 
+def _all_columns(p: Path, fmt: str) -> list[str] | None:
+    """Every column name of the file (None where it cannot be told cheaply: the reader will say)."""
+    try:
+        if fmt == "csv":
+            return csv_header(p)
+        if fmt == "parquet":
+            return list(pq.read_schema(p).names)
+        with p.open(encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    first = json.loads(line)
+                    return [str(k) for k in first] if isinstance(first, dict) else None
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    return None
+
+
+SIZE_HINTS = ("size", "bytes", "length", "len")
+TIME_HINTS = ("time", "timestamp", "ts", "t_ms", "ms", "sec", "secs", "seconds", "date", "arrival", "at")
+
+
+def _looks_like(name: str, hints: tuple[str, ...]) -> bool:
+    words = [w for w in name.lower().replace(".", "_").replace("-", "_").split("_") if w]
+    return any(w in hints for w in words) or any(h in name.lower() for h in hints if len(h) > 3)
+
+
+def _unknown_columns(names: list[str], path: str, header_line: int | None) -> None:
+    """A column that looks like sizes (``size_bytes``, ``request_bytes``) in a trace without
+    ``size`` would otherwise be ignored silently, every request taking the default size."""
+    if "size" in names:
+        return
+    sizes = [
+        n
+        for n in names
+        if n not in (*TIME_NAMES, *FIELDS)
+        and _looks_like(n, SIZE_HINTS)
+        and not any(w in n.lower() for w in ("batch", "item"))  # items per request, not bytes
+    ]
+    if sizes:
+        raise TraceError(
+            f"column {sizes[0]!r} looks like payload sizes, but a trace's size column is 'size' "
+            f"(found {names}): rename it to 'size', or make the trace with `netgain trace import "
+            f"{Path(path).name} --time-column T --size-column {sizes[0]} --out FILE`",
+            path=path,
+            line=header_line,
+        )
+
+
 def _pick_time(names: list[str], path: str, header_line: int | None) -> str:
     present = [n for n in TIME_NAMES if n in names]
     if not present:
+        times = [n for n in names if _looks_like(n, TIME_HINTS)]
+        hint = (
+            f": is {times[0]!r} the arrival time? `netgain trace import {Path(path).name} "
+            f"--time-column {times[0]} [--size-column C] --out FILE` converts it"
+            if times
+            else "; `netgain trace import` converts an access log"
+        )
         raise TraceError(
-            f"no arrival time column: expected 't' (or 't_s', seconds); found {names}",
+            f"no arrival time column: expected 't' (or 't_s', seconds); found {names}{hint}",
             path=path,
             line=header_line,
         )
@@ -89,6 +149,7 @@ def table_to_trace(
 ) -> Trace:
     """Validate columns t|t_s, size, items of ``table`` and build a Trace (errors located via ``locate``)."""
     tname = _pick_time(table.column_names, path, header_line)
+    _unknown_columns(table.column_names, path, header_line)
     n = table.num_rows
 
     def fail(i: int, field: str, msg: str) -> TraceError:

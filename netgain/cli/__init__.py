@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
-from netgain.cli.args import debug_after_command
+from netgain.cli.args import OneLineParser, debug_after_command
 from netgain.errors import NetgainError
 
 
 def build_parser() -> argparse.ArgumentParser:
     from netgain.cli import demo, experiments, load, report, serve, trace
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="netgain",
         description="Is moving this model's inference from CPU to GPU a net gain? Measure it end to end.",
     )
@@ -51,8 +52,16 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    for line in getattr(args, "_env_warnings", None) or []:
+        print(f"netgain {args.command}: warning: {line}", file=sys.stderr)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # `netgain report DIR | head -1`: the reader has what it wanted; say nothing, and keep
+        # the interpreter's final flush of stdout from failing too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("netgain: interrupted", file=sys.stderr)
         return 130

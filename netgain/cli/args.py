@@ -1,10 +1,13 @@
-"""argparse helpers: every flag also reads ``NETGAIN_<FLAG>`` from the environment."""
+"""argparse helpers: every flag also reads an environment variable, ``NETGAIN_<FLAG>``, or
+``NETGAIN_<COMMAND>_<FLAG>`` for the flags whose meaning differs between subcommands
+(``PER_COMMAND``: ``NETGAIN_SERVE_METRICS_PORT`` and ``NETGAIN_LOAD_METRICS_PORT``), so one
+variable has one meaning; and ``OneLineParser``, whose usage errors are one line."""
 
 from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import Any, NoReturn
 
 from netgain.errors import NetgainError
 
@@ -13,13 +16,53 @@ class CliError(NetgainError):
     """An argument error: printed as one line, exit status 2, no traceback (unless --debug)."""
 
 
-def env_name(flag: str) -> str:
-    return "NETGAIN_" + flag.lstrip("-").upper().replace("-", "_")
+#: Flags that several subcommands have with different meanings (`serve --model` a handler, `trace
+#: synth --model` an arrival model; `serve --metrics-port` the server's, `load --metrics-port` the
+#: client's; `load --out` a run directory, `trace synth --out` a file...): each reads
+#: NETGAIN_<COMMAND>_<FLAG> only. tests/test_cli_unit.py checks this list against the parser.
+PER_COMMAND = frozenset(
+    {"--model", "--metrics-port", "--out", "--seed", "--workers", "--duration", "--warmup-s", "--items"}
+)
+COMMANDS = ("serve", "load", "report", "trace", "compare", "drill", "profile", "demo")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors (a missing value, ``--rate abc``, an unknown flag) as one line, exit status 2,
+    like every other error of the command; ``--help`` still shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def command_of(prog: str) -> str:
+    """``netgain trace synth`` -> ``TRACE_SYNTH``; ``python -m netgain.server serve`` -> ``SERVE``;
+    "" for a parser outside the netgain command."""
+    words = prog.split()
+    for i, w in enumerate(words):
+        if w in COMMANDS:
+            return "_".join(words[i:]).upper().replace("-", "_")
+    return ""
+
+
+def env_name(flag: str, command: str = "") -> str:
+    """The variable a flag reads: ``NETGAIN_<FLAG>``, or ``NETGAIN_<COMMAND>_<FLAG>`` for the
+    flags in PER_COMMAND (given the subcommand, as ``command_of`` names it)."""
+    base = flag.lstrip("-").upper().replace("-", "_")
+    if command and flag in PER_COMMAND:
+        return f"NETGAIN_{command}_{base}"
+    return "NETGAIN_" + base
 
 
 def flag(parser: argparse.ArgumentParser | Any, name: str, **kw: Any) -> None:
-    """``parser.add_argument(name, **kw)`` with the default taken from ``NETGAIN_<NAME>`` when set."""
-    env = env_name(name)
+    """``parser.add_argument(name, **kw)`` with the default taken from its variable when set
+    (``env_name``). A per-command flag's bare ``NETGAIN_<NAME>``, set but not read, is said on one
+    warning line when that subcommand runs (``env_warnings``)."""
+    env = env_name(name, command_of(getattr(parser, "prog", "")))
+    bare = env_name(name)
+    if env != bare and bare in os.environ and env not in os.environ:
+        warned = list(parser._defaults.get("_env_warnings", []))
+        warned.append(f"{bare} is not read: {name}'s meaning differs between subcommands; set {env}")
+        parser.set_defaults(_env_warnings=warned)
     raw = os.environ.get(env)
     action = kw.get("action")
     if raw is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -16,17 +17,32 @@ def add_parser(sub: Any) -> None:
         "load",
         help="replay a trace or an arrival model against servers; write a run directory",
         description="Open-loop load on Locust: one seeded schedule, sharded over N workers, latency measured "
-        "from each request's intended send time. Exit 0 ok, 3 invalid run, 4 SLO failed.",
+        "from each request's intended send time. Exit 0 ok, 2 usage error, 3 invalid run, 4 SLO failed, "
+        "5 requests failed (the target went away or refused them).",
     )
     flag(p, "--target", default=None, help="HOST:PORT[,HOST:PORT...] of netgain servers (round-robin)")
     flag(p, "--trace", default=None, help="recorded trace (CSV, JSONL or Parquet; see docs/traces.md)")
     flag(p, "--arrival", default="poisson", choices=ARRIVALS, help="arrival model when no --trace is given")
     flag(p, "--rate", type=float, default=None, help="mean requests/s (rescales a --trace; default 50)")
-    flag(p, "--duration", type=float, default=30.0, help="measured seconds, after the warm-up")
+    flag(
+        p,
+        "--duration",
+        type=float,
+        default=None,
+        help="measured seconds, after the warm-up (default 30; with --trace: the trace's own length, "
+        "so it replays whole; longer loops it, shorter cuts it, both said on stderr)",
+    )
     flag(p, "--warmup-s", type=float, default=5.0, help="seconds sent first, recorded, excluded from results")
     flag(p, "--workers", type=int, default=1, help="local worker processes")
     flag(p, "--remote-workers", type=int, default=0, help="extra workers expected to connect (--worker)")
-    flag(p, "--out", default=None, help="run directory to write")
+    flag(p, "--out", default=None, help="run directory to write (a new one, unless --force)")
+    flag(
+        p,
+        "--force",
+        action="store_true",
+        default=False,
+        help="write into an existing run directory, deleting its run files and reports first",
+    )
     flag(p, "--seed", type=int, default=0, help="seed of the schedule and payloads")
     flag(
         p,
@@ -46,6 +62,14 @@ def add_parser(sub: Any) -> None:
     flag(p, "--size-sigma", type=float, default=0.0, help="lognormal spread of payload sizes")
     flag(p, "--items", default="1", help="items per request: N or a distribution like 1:0.7,4:0.3")
     flag(p, "--model", default=None, help="payload family (default: the model the target serves)")
+    flag(
+        p,
+        "--payload-variants",
+        type=int,
+        default=8,
+        help="distinct payloads per size bucket (request i uses variant i mod N; sizes are bucketed "
+        "to two significant digits)",
+    )
     flag(p, "--timeout-s", type=float, default=10.0, help="per-request deadline")
     flag(p, "--max-in-flight", type=int, default=1000, help="per worker; overflow is dropped and counted")
     flag(
@@ -60,9 +84,22 @@ def add_parser(sub: Any) -> None:
         p, "--max-send-lag-ms", type=float, default=5.0, help="send-lag p99 above this makes the run INVALID"
     )
     flag(p, "--slo-p99-ms", type=float, default=None, help="exit 4 when p99 latency is above this")
-    flag(p, "--max-error-rate", type=float, default=None, help="exit 4 when the error ratio is above this")
+    flag(
+        p,
+        "--max-error-rate",
+        type=float,
+        default=None,
+        help="exit 4 when the error ratio is above this (without it, any failed request exits 5)",
+    )
     flag(p, "--price-per-hour", type=float, default=None, help="server price, recorded for the report")
-    flag(p, "--wait-ready-s", type=float, default=30.0, help="wait this long for targets' health SERVING")
+    flag(
+        p,
+        "--wait-ready-s",
+        type=float,
+        default=None,
+        help="wait this long for targets' health SERVING (default 30; a refused connection fails "
+        "after 2 s unless this is given: then it too is waited for, as for a server starting)",
+    )
     flag(p, "--metrics-port", type=int, default=-1, help="client metrics on this port (0: any free; -1: off)")
     flag(p, "--master-bind-host", default="127.0.0.1", help="address the master listens on for workers")
     flag(p, "--master-bind-port", type=int, default=0, help="port for workers (0: any free; 5557 for remote)")
@@ -83,21 +120,25 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def _schedule(args: argparse.Namespace) -> Any:
+def _schedule(args: argparse.Namespace) -> tuple[Any, float, str]:
+    """The schedule, the measured seconds, and what was done to a --trace ("" when nothing was:
+    a recorded trace replays whole and exactly unless --rate or --duration asks otherwise)."""
     from netgain.loadgen.schedule import from_trace
     from netgain.loadgen.traces import read_trace, rescale, synthesize
 
-    total = args.warmup_s + args.duration
+    duration = args.duration
+    note = ""
     if args.trace:
         trace = read_trace(args.trace)
         if len(trace) == 0:
             raise CliError(f"--trace {args.trace}: no requests in it")
-        trace = rescale(trace, rate=args.rate, duration_s=total)
+        trace, duration, note = _fit_trace(trace, args, rescale)
     else:
+        duration = 30.0 if duration is None else duration
         trace = synthesize(
             args.arrival,
             args.rate or 50.0,
-            total,
+            args.warmup_s + duration,
             args.seed,
             cv=args.cv,
             on_s=args.on_s,
@@ -108,25 +149,110 @@ def _schedule(args: argparse.Namespace) -> Any:
             size_sigma=args.size_sigma,
             items=int(args.items) if args.items.isdigit() else args.items,
         )
-    return from_trace(trace, args.warmup_s)
+    return from_trace(trace, args.warmup_s), duration, note
+
+
+def _fit_trace(trace: Any, args: argparse.Namespace, rescale: Any) -> tuple[Any, float, str]:
+    """A recorded trace as the run will send it: whole (its length is its last arrival, or one mean
+    gap more: a 60 s recording whose last request is at 59.99 s fills --duration 60), time-scaled
+    by --rate, cut or looped to --warmup-s + --duration. Returns (trace, measured s, note)."""
+    n, length = len(trace), trace.duration_s
+    gap = length / (n - 1) if n > 1 else 0.0
+    src = f"--trace {args.trace} ({n} requests over {length:.3f} s)"
+    if args.rate is not None:
+        if args.duration is None:
+            trace = rescale(trace, rate=args.rate)
+            note = f"{src}: time scaled x{trace.duration_s / max(length, 1e-12):.4g} to {args.rate:g} req/s"
+        else:
+            total = args.warmup_s + args.duration
+            trace = rescale(trace, rate=args.rate, duration_s=total)
+            what = "looped and " if len(trace) > n else ("cut and " if len(trace) < n else "")
+            note = f"{src}: {what}time-scaled to {len(trace)} requests, {args.rate:g} req/s over {total:g} s"
+            return trace, args.duration, note
+        length = trace.duration_s
+        gap = length / (len(trace) - 1) if len(trace) > 1 else 0.0
+    else:
+        note = ""
+    if args.duration is None:
+        if length <= args.warmup_s:
+            raise CliError(
+                f"--warmup-s {args.warmup_s:g} leaves nothing to measure of the {length:g} s trace "
+                "(lower it, or give --duration to loop the trace)"
+            )
+        return trace, length - args.warmup_s, note
+    total = args.warmup_s + args.duration
+    if length <= total <= length + gap:  # the trace fills the run: replayed whole, nothing appended
+        return trace, args.duration, note
+    before = len(trace)
+    trace = rescale(trace, duration_s=total)
+    span = f"{total:g} s (--warmup-s {args.warmup_s:g} + --duration {args.duration:g})"
+    if total < length:
+        how = f"cut to its first {span}: {len(trace)} of {before} requests"
+    else:
+        how = f"looped to fill {span}: {len(trace)} requests, {len(trace) / before:.2f} times the trace"
+    return trace, args.duration, (note + "; " if note else f"{src}: ") + how
+
+
+def _target_error(target: str) -> str | None:
+    host, sep, port = target.rpartition(":")
+    if not sep or not host.strip("[]"):
+        return f"--target {target!r}: expected HOST:PORT"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        return f"--target {target!r}: port {port!r} is not a number from 1 to 65535"
+    return None
 
 
 def _check(args: argparse.Namespace) -> None:
     if not args.target:
         raise CliError("--target HOST:PORT is required (the address `netgain serve` printed)")
+    targets = [t.strip() for t in args.target.split(",") if t.strip()]
+    if not targets:
+        raise CliError(f"--target {args.target!r}: expected HOST:PORT[,HOST:PORT...]")
+    for t in targets:
+        problem = _target_error(t)
+        if problem:
+            raise CliError(problem)
     if not args.out:
         raise CliError("--out RUN_DIR is required")
     if args.workers < 0 or args.workers + args.remote_workers < 1:
         raise CliError("--workers must be >= 1 (or --remote-workers >= 1)")
-    if args.duration <= 0 or args.warmup_s < 0:
+    if (args.duration is not None and args.duration <= 0) or args.warmup_s < 0:
         raise CliError("--duration must be > 0 and --warmup-s >= 0")
     if args.mode == "closed" and args.concurrency < 1:
         raise CliError("--mode closed needs --concurrency N (N >= 1)")
     if args.rate is not None and args.rate <= 0:
         raise CliError("--rate must be > 0")
+    if args.payload_variants < 1:
+        raise CliError(f"--payload-variants must be >= 1, got {args.payload_variants}")
+    if args.wait_ready_s is not None and args.wait_ready_s < 0:
+        raise CliError("--wait-ready-s must be >= 0")
+    _check_out(args.out, args.force)
+
+
+def _check_out(out: str, force: bool) -> None:
+    """--out must be a directory that holds no run yet (--force: its run files are deleted)."""
+    from netgain.contract import rundir as files
+
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise CliError(f"--out {out}: is a file, not a directory; give a run directory to create")
+    names = (files.META, files.REQUESTS, files.SAMPLES, files.LOCUST_STATS, files.LOCUST_FAILURES)
+    present = [n for n in (*names, *files.REPORT_FILES) if os.path.exists(os.path.join(out, n))]
+    if not any(n in present for n in names):
+        present = [n for n in present if n in names]  # a lone report is a leftover: replaced below
+    if present and not force:
+        raise CliError(
+            f"--out {out}: already holds a run ({', '.join(present)}); choose a new directory, "
+            "or pass --force to replace it"
+        )
+    for n in (*names, *files.REPORT_FILES):  # no old report is left beside the new rows
+        path = os.path.join(out, n)
+        if os.path.isfile(path):
+            os.remove(path)
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.worker:
+        _check(args)  # before Locust's import patches the standard library: errors come at once
     import locust  # noqa: F401 - patches the standard library for gevent before grpc is used
     from grpc.experimental import gevent as grpc_gevent  # type: ignore[attr-defined]
 
@@ -135,8 +261,18 @@ def run(args: argparse.Namespace) -> int:
         from netgain.loadgen.runner.worker import run_worker
 
         return run_worker(args.master_host, args.master_port)
-    _check(args)
     from netgain.loadgen.runner.master import LoadConfig, Master
+
+    schedule, duration, note = _schedule(args)
+    if note:  # cutting, compressing or looping a recorded trace is said, --quiet or not
+        print(f"netgain load: {note}", file=sys.stderr, flush=True)
+    elif args.trace and not args.quiet:
+        print(
+            f"netgain load: --trace {args.trace}: replayed whole ({len(schedule)} requests over "
+            f"{args.warmup_s + duration:g} s, --warmup-s {args.warmup_s:g} of it)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     cfg = LoadConfig(
         targets=[t.strip() for t in args.target.split(",") if t.strip()],
@@ -149,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         think_ms=args.think_time_ms,
         warmup_s=args.warmup_s,
-        duration_s=args.duration,
+        duration_s=duration,
         timeout_s=args.timeout_s,
         max_in_flight=args.max_in_flight,
         connections=args.connections,
@@ -162,10 +298,12 @@ def run(args: argparse.Namespace) -> int:
         slo_p99_ms=args.slo_p99_ms,
         max_error_rate=args.max_error_rate,
         price_per_hour=args.price_per_hour,
-        wait_ready_s=args.wait_ready_s,
+        wait_ready_s=30.0 if args.wait_ready_s is None else args.wait_ready_s,
+        refused_grace_s=2.0 if args.wait_ready_s is None else None,
+        payload_variants=args.payload_variants,
         tls_ca=args.tls_ca,
         probe=args.probe,
         quiet=args.quiet,
         command=["netgain", *sys.argv[1:]],
     )
-    return Master(cfg, _schedule(args)).run()
+    return Master(cfg, schedule).run()

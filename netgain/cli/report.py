@@ -53,23 +53,33 @@ def run(args: argparse.Namespace) -> int:
 
     if args.min_replicas is not None and args.min_replicas < 0:
         raise CliError(f"--min-replicas must be >= 0, got {args.min_replicas}")
-    report = build_report(
-        args.run_dir,
-        baseline_dir=args.baseline,
-        price_per_hour=args.price_per_hour,
-        baseline_price_per_hour=args.baseline_price_per_hour,
-        slo_p99_ms=args.slo_p99_ms,
-        span_log=args.span_log,
-        bootstrap=args.bootstrap,
-        seed=args.seed,
-        force=args.force,
-        warmup_s=args.warmup_s,
-        sweep_dirs=args.sweep,
-        baseline_sweep_dirs=args.baseline_sweep,
-        capacity_rps=args.capacity_rps,
-        min_replicas=args.min_replicas,
-        scale_down_after_s=args.scale_down_after_s,
-    )
+    try:
+        report = build_report(
+            args.run_dir,
+            baseline_dir=args.baseline,
+            price_per_hour=args.price_per_hour,
+            baseline_price_per_hour=args.baseline_price_per_hour,
+            slo_p99_ms=args.slo_p99_ms,
+            span_log=args.span_log,
+            bootstrap=args.bootstrap,
+            seed=args.seed,
+            force=args.force,
+            warmup_s=args.warmup_s,
+            sweep_dirs=args.sweep,
+            baseline_sweep_dirs=args.baseline_sweep,
+            capacity_rps=args.capacity_rps,
+            min_replicas=args.min_replicas,
+            scale_down_after_s=args.scale_down_after_s,
+        )
+    except (TypeError, AttributeError, KeyError) as exc:
+        if args.debug:
+            raise
+        # A run directory whose meta.json holds a field of the wrong type (hand-edited, another
+        # tool's): one line naming it, not a traceback.
+        raise CliError(
+            f"{args.run_dir}: meta.json (or --baseline's) has a field of an unexpected type or is "
+            f"missing one ({type(exc).__name__}: {exc}); is it a run directory `netgain load` wrote?"
+        ) from None
     paths = write_outputs(report, args.run_dir)
     render = {"text": terminal, "json": to_json, "markdown": render_markdown, "html": render_html}[
         args.format
@@ -79,4 +89,5 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("wrote " + ", ".join(str(p) for p in paths) + "\n")
     elif args.format == "json":
         sys.stdout.write("\n")
+    sys.stdout.flush()  # a closed pipe (`| head -1`) fails here, inside dispatch, which keeps it silent
     return 0

@@ -4,12 +4,13 @@ happen after parsing, so the cold-start timeline can show what importing torch a
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from netgain.cli.args import CliError, debug_after_command, flag, key_values
+from netgain.cli.args import CliError, OneLineParser, debug_after_command, flag, key_values
 
 MIB = 1024 * 1024
 
@@ -177,11 +178,20 @@ def run(args: argparse.Namespace) -> int:
         return run_server(cfg, cold)
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    except OSError as exc:
+        # The gRPC port's bind error names it; prometheus_client's for the metrics port is a bare
+        # "[Errno 98] Address already in use".
+        if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise CliError(
+                f"--metrics-port {cfg.metrics_port}: cannot serve /metrics on {cfg.host}:{cfg.metrics_port}: "
+                f"{exc.strerror} (another server there? --metrics-port 0 takes any free port, -1 none)"
+            ) from None
+        raise
 
 
 def standalone_main(argv: Sequence[str] | None = None) -> int:
     """``python -m netgain.server [serve flags]``: the server alone, same flags as ``netgain serve``."""
-    parser = argparse.ArgumentParser(prog="python -m netgain.server")
+    parser = OneLineParser(prog="python -m netgain.server")
     parser.add_argument("--debug", action="store_true")
     sub = parser.add_subparsers(dest="command")
     add_parser(sub)
