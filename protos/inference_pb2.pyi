@@ -1,8 +1,7 @@
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -116,7 +115,7 @@ class ServerInfoResponse(_message.Message):
     handler_options: _containers.ScalarMap[str, str]
     metrics_port: int
     handler: str
-    def __init__(self, model: _Optional[str] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., batching: _Optional[_Union[BatchingConfig, _Mapping]] = ..., cold_start: _Optional[_Iterable[_Union[ColdStartPhase, _Mapping]]] = ..., pid: _Optional[int] = ..., start_unix_s: _Optional[float] = ..., ready: _Optional[bool] = ..., intra_op_threads: _Optional[int] = ..., host: _Optional[str] = ..., handler_options: _Optional[_Mapping[str, str]] = ..., metrics_port: _Optional[int] = ..., handler: _Optional[str] = ...) -> None: ...
+    def __init__(self, model: _Optional[str] = ..., device: _Optional[str] = ..., dtype: _Optional[str] = ..., versions: _Optional[_Mapping[str, str]] = ..., batching: _Optional[_Union[BatchingConfig, _Mapping]] = ..., cold_start: _Optional[_Iterable[_Union[ColdStartPhase, _Mapping]]] = ..., pid: _Optional[int] = ..., start_unix_s: _Optional[float] = ..., ready: bool = ..., intra_op_threads: _Optional[int] = ..., host: _Optional[str] = ..., handler_options: _Optional[_Mapping[str, str]] = ..., metrics_port: _Optional[int] = ..., handler: _Optional[str] = ...) -> None: ...
 
 class ProfileRequest(_message.Message):
     __slots__ = ("batches", "ranges_only")
@@ -124,7 +123,7 @@ class ProfileRequest(_message.Message):
     RANGES_ONLY_FIELD_NUMBER: _ClassVar[int]
     batches: int
     ranges_only: bool
-    def __init__(self, batches: _Optional[int] = ..., ranges_only: _Optional[bool] = ...) -> None: ...
+    def __init__(self, batches: _Optional[int] = ..., ranges_only: bool = ...) -> None: ...
 
 class ProfileResponse(_message.Message):
     __slots__ = ("trace_path", "batches", "batch_ids")
