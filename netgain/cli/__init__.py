@@ -19,7 +19,7 @@ from netgain.errors import NetgainError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from netgain.cli import demo, experiments, load, report, serve, trace
+    from netgain.cli import demo, experiments, load, report, serve, trace, tune
 
     parser = OneLineParser(
         prog="netgain",
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_parser(sub)
     trace.add_parser(sub)
     experiments.add_parser(sub)
+    tune.add_parser(sub)
     demo.add_parser(sub)
     debug_after_command(sub)
     return parser

@@ -32,6 +32,21 @@ def _floats(raw: str, what: str) -> list[float]:
     return out
 
 
+def _tuned(path: str | None) -> tuple[list[str], int]:
+    """A tune result's best serve flags without its batch size (compare sweeps batch sizes), and that size."""
+    if not path:
+        return [], 0
+    from netgain.loadgen.experiments.tune import load_best
+
+    flags = load_best(path)
+    batch = 0
+    if "--max-batch-size" in flags:
+        i = flags.index("--max-batch-size")
+        batch = int(flags[i + 1])
+        flags = flags[:i] + flags[i + 2 :]
+    return flags, batch
+
+
 def _cuda_available() -> bool:
     import torch
 
@@ -76,6 +91,14 @@ def add_parser(sub: Any) -> None:
         help="device of the treatment (cpu to compare two CPU setups)",
     )
     flag(c, "--baseline-serve-args", default="", help="extra `netgain serve` flags for the baseline")
+    flag(
+        c,
+        "--baseline-tuned",
+        default=None,
+        help="a `netgain tune` result (tune.json or its folder): the baseline serves with its best "
+        "configuration, whose batch size joins --batch-sizes",
+    )
+    flag(c, "--treatment-tuned", default=None, help="the same for the treatment")
     flag(c, "--treatment-serve-args", default="", help="extra `netgain serve` flags for the treatment")
     flag(
         c,
@@ -142,7 +165,10 @@ def run_compare(args: argparse.Namespace) -> int:
             "no CUDA on this host: run compare on a GPU host, pass --treatment-from DIR with the "
             "treatment runs recorded there, or --treatment-device cpu to compare two CPU setups"
         )
-    batch_sizes = sorted(set(_ints(args.batch_sizes, "--batch-sizes")) | {1})
+    tuned = {side: _tuned(getattr(args, f"{side}_tuned")) for side in ("baseline", "treatment")}
+    batch_sizes = sorted(
+        set(_ints(args.batch_sizes, "--batch-sizes")) | {1} | {b for _, b in tuned.values() if b}
+    )
     rates = _floats(args.rates, "--rates") if args.rates else [args.rate * f for f in (0.5, 1.0, 2.0, 4.0)]
     traffic = (
         ["--trace", args.trace] if args.trace else ["--arrival", args.arrival, "--rate", f"{args.rate:g}"]
@@ -162,13 +188,16 @@ def run_compare(args: argparse.Namespace) -> int:
         handler_options=list(args.handler_option),
         seed=args.seed,
         baseline=Side(
-            "baseline", args.baseline_device, args.cpu_price_per_hour, shlex.split(args.baseline_serve_args)
+            "baseline",
+            args.baseline_device,
+            args.cpu_price_per_hour,
+            tuned["baseline"][0] + shlex.split(args.baseline_serve_args),
         ),
         treatment=Side(
             "treatment",
             args.treatment_device,
             args.gpu_price_per_hour,
-            shlex.split(args.treatment_serve_args),
+            tuned["treatment"][0] + shlex.split(args.treatment_serve_args),
             from_dir=args.treatment_from,
         ),
     )

@@ -1,0 +1,280 @@
+"""``netgain tune``: the server configuration that carries the most traffic within the SLO.
+
+For every combination of the lists given (frontend processes, max batch size, max queue delay,
+intra-op threads, pre-processing threads) a server is started and driven by ``netgain load``
+with Poisson arrivals at rising rates: doubling from ``start_rps`` until p99 exceeds the SLO (or
+the run is INVALID, or errors exceed 0.1 %), then bisecting between the last rate that held and
+the first that did not. A configuration's capacity is the completed rate of its best run that
+held. The search is the one Triton's Model Analyzer does, per device, on the user's own host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from netgain.errors import NetgainError
+
+TUNE_SCHEMA = 1
+
+
+@dataclass
+class Knobs:
+    workers: str = "auto"
+    max_batch_size: int = 8
+    max_queue_delay_ms: float = 2.0
+    intra_op_threads: int = 0
+    pre_threads: int = 2
+
+    def serve_args(self) -> list[str]:
+        return [
+            "--workers", self.workers, "--max-batch-size", str(self.max_batch_size),
+            "--max-queue-delay-ms", f"{self.max_queue_delay_ms:g}",
+            "--intra-op-threads", str(self.intra_op_threads), "--pre-threads", str(self.pre_threads),
+        ]  # fmt: skip
+
+
+@dataclass
+class Trial:
+    rate: float
+    throughput: float
+    p50: float
+    p99: float
+    errors: int
+    error_ratio: float
+    valid: bool
+    bottleneck: str
+    held: bool
+
+
+@dataclass
+class Result:
+    knobs: Knobs
+    trials: list[Trial] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def capacity(self) -> float | None:
+        held = [t.throughput for t in self.trials if t.held]
+        return max(held) if held else None
+
+
+@dataclass
+class TuneConfig:
+    model: str
+    device: str
+    slo_p99_ms: float
+    grid: list[Knobs]
+    out: str
+    handler_options: list[str] = field(default_factory=list)
+    serve_args: list[str] = field(default_factory=list)
+    start_rps: float = 50.0
+    max_rps: float = 100_000.0
+    bisect_steps: int = 3
+    duration_s: float = 10.0
+    warmup_s: float = 2.0
+    load_workers: int = 1
+    connections: int = 16
+    seed: int = 0
+    max_error_ratio: float = 1e-3
+
+
+def grid(
+    workers: Sequence[str],
+    batch_sizes: Sequence[int],
+    delays_ms: Sequence[float],
+    intra_op: Sequence[int],
+    pre_threads: Sequence[int],
+) -> list[Knobs]:
+    return [
+        Knobs(*combo) for combo in itertools.product(workers, batch_sizes, delays_ms, intra_op, pre_threads)
+    ]
+
+
+def _netgain(*args: str) -> list[str]:
+    return [sys.executable, "-m", "netgain.cli", *args]
+
+
+def measure(target: str, cfg: TuneConfig, rate: float, out: str) -> Trial:
+    """One ``netgain load`` run at ``rate`` and its report's figures."""
+    load = [
+        "load", "--target", target, "--arrival", "poisson", "--rate", f"{rate:.3f}",
+        "--duration", f"{cfg.duration_s:g}", "--warmup-s", f"{cfg.warmup_s:g}",
+        "--workers", str(cfg.load_workers), "--connections", str(cfg.connections), "--model", cfg.model,
+        "--out", out, "--force", "--quiet", "--seed", str(cfg.seed), "--timeout-s", "5",
+    ]  # fmt: skip
+    subprocess.run(_netgain(*load), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=False)
+    rep_path = os.path.join(out, "report.json")
+    subprocess.run(_netgain("report", out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    if not os.path.exists(rep_path):
+        return Trial(rate, 0.0, float("nan"), float("nan"), 0, 1.0, False, "no report", False)
+    with open(rep_path) as fh:
+        rep = json.load(fh)
+    lat = rep.get("latency_ms") or {}
+    errors = rep.get("errors") or {}
+    n_err = int(sum(errors.values())) if isinstance(errors, dict) else 0
+    ratio = float(rep.get("error_rate") or 0.0)
+    p99 = float(lat.get("p99", float("nan")))
+    valid = bool(rep.get("valid", False))
+    held = valid and p99 <= cfg.slo_p99_ms and ratio <= cfg.max_error_ratio
+    return Trial(
+        rate,
+        float(rep.get("throughput_rps", 0.0)),
+        float(lat.get("p50", float("nan"))),
+        p99,
+        n_err,
+        ratio,
+        valid,
+        str((rep.get("bottleneck") or {}).get("kind", "")),
+        held,
+    )
+
+
+def search(run: Callable[[float], Trial], start: float, limit: float, bisect_steps: int) -> list[Trial]:
+    """Doubling from ``start`` until a run misses, then bisecting: the trials, in order."""
+    trials: list[Trial] = []
+    good, bad = 0.0, 0.0
+    rate = start
+    while rate <= limit:
+        t = run(rate)
+        trials.append(t)
+        if not t.held:
+            bad = rate
+            break
+        good = rate
+        rate *= 2
+    if not bad:
+        return trials
+    for _ in range(bisect_steps):
+        if good <= 0:
+            mid = bad / 2
+            if mid < 1:
+                break
+        else:
+            mid = (good + bad) / 2
+        t = run(mid)
+        trials.append(t)
+        if t.held:
+            good = mid
+        else:
+            bad = mid
+    return trials
+
+
+@contextlib.contextmanager
+def _server(cfg: TuneConfig, knobs: Knobs, log_path: str) -> Iterator[Any]:
+    from netgain.loadgen.orchestrate import ServerProcess
+
+    args = ["--model", cfg.model, "--device", cfg.device, *knobs.serve_args()]
+    for opt in cfg.handler_options:
+        args += ["--handler-option", opt]
+    with ServerProcess([*args, *cfg.serve_args], log_path=log_path) as sp:
+        sp.wait_ready()
+        yield sp
+
+
+def tune(cfg: TuneConfig, say: Callable[[str], None] = print) -> list[Result]:
+    os.makedirs(cfg.out, exist_ok=True)
+    results: list[Result] = []
+    for i, knobs in enumerate(cfg.grid):
+        res = Result(knobs)
+        results.append(res)
+        say(f"config {i + 1}/{len(cfg.grid)}: {' '.join(knobs.serve_args())}")
+        root = os.path.join(cfg.out, f"c{i}")
+        os.makedirs(root, exist_ok=True)
+        try:
+            with _server(cfg, knobs, os.path.join(root, "server.log")) as sp:
+                counter = itertools.count()
+
+                def one(rate: float, sp: Any = sp, root: str = root, counter: Any = counter) -> Trial:
+                    t = measure(sp.target, cfg, rate, os.path.join(root, f"r{next(counter)}"))
+                    mark = "held" if t.held else "missed"
+                    say(f"  {rate:10,.1f}/s: {t.throughput:10,.1f}/s done, p99 {t.p99:8.1f} ms, {mark}")
+                    return t
+
+                res.trials = search(one, cfg.start_rps, cfg.max_rps, cfg.bisect_steps)
+        except (NetgainError, OSError, RuntimeError, TimeoutError) as exc:
+            res.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            say(f"  failed: {res.error}")
+        write(cfg, results)
+    return results
+
+
+def best(results: Sequence[Result]) -> Result | None:
+    ok = [r for r in results if r.capacity is not None]
+    return max(ok, key=lambda r: r.capacity or 0.0) if ok else None
+
+
+def write(cfg: TuneConfig, results: Sequence[Result]) -> str:
+    top = best(results)
+    doc = {
+        "schema": TUNE_SCHEMA,
+        "model": cfg.model,
+        "device": cfg.device,
+        "slo_p99_ms": cfg.slo_p99_ms,
+        "configs": [
+            {
+                **asdict(r.knobs),
+                "serve_args": r.knobs.serve_args(),
+                "capacity_rps": r.capacity,
+                "error": r.error,
+                "trials": [asdict(t) for t in r.trials],
+            }
+            for r in results
+        ],
+        "best": None
+        if top is None
+        else {
+            **asdict(top.knobs),
+            "serve_args": top.knobs.serve_args(),
+            "capacity_rps": top.capacity,
+        },
+    }
+    path = os.path.join(cfg.out, "tune.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=1, default=float)
+    os.replace(tmp, path)
+    return path
+
+
+def table(results: Sequence[Result]) -> str:
+    head = ["workers", "batch", "delay ms", "intra-op", "pre", "capacity/s", "runs", "limit"]
+    rows = []
+    top = best(results)
+    for r in sorted(results, key=lambda r: -(r.capacity or -1.0)):
+        last_miss = next((t for t in reversed(r.trials) if not t.held), None)
+        limit = r.error or (last_miss.bottleneck if last_miss else "not reached")
+        cap = "-" if r.capacity is None else f"{r.capacity:,.1f}"
+        k = r.knobs
+        rows.append([k.workers, k.max_batch_size, f"{k.max_queue_delay_ms:g}", k.intra_op_threads or "all",
+                     k.pre_threads, cap + (" *" if r is top else ""), len(r.trials), limit])  # fmt: skip
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
+    lines = [" | ".join(str(h).ljust(w) for h, w in zip(head, widths, strict=True))]
+    lines.append("-+-".join("-" * w for w in widths))
+    lines += [" | ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(lines)
+
+
+def load_best(path: str) -> list[str]:
+    """The best configuration's serve flags from a tune.json (or a folder holding one)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "tune.json")
+    try:
+        with open(path) as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise NetgainError(f"cannot read tune result {path}: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != TUNE_SCHEMA:
+        raise NetgainError(f"{path} is not a netgain tune result of schema {TUNE_SCHEMA}")
+    top = doc.get("best")
+    if not top:
+        raise NetgainError(f"{path}: no configuration held the SLO; nothing to use")
+    return [str(x) for x in top["serve_args"]]
