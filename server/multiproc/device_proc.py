@@ -39,6 +39,15 @@ class Handed(Pending):
     seq: int = 0
 
 
+def intra_op_threads(cfg: ServeConfig, device: str, frontends: int) -> int:
+    """--intra-op-threads, or by default: on a GPU every core (the forward hardly uses them); on the
+    CPU the cores the frontends leave, so model compute and pre-processing do not oversubscribe."""
+    cores = len(os.sched_getaffinity(0))
+    if cfg.intra_op_threads:
+        return cfg.intra_op_threads
+    return cores if device.startswith("cuda") else max(1, cores - frontends)
+
+
 class SlotHandler(Handler):
     """The user's handler, with items read from slots and output rows returned as they are."""
 
@@ -107,7 +116,7 @@ class DeviceProcess:
         from netgain.server.device import DeviceRunner
 
         cfg = self.cfg
-        torch.set_num_threads(max(1, cfg.intra_op_threads or len(os.sched_getaffinity(0))))
+        torch.set_num_threads(intra_op_threads(cfg, self.device, len(self.rings)))
         self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
         self.runners = [
             DeviceRunner(self.handler, self.device, cfg.dtype, cfg.nvtx, cfg.cuda_graphs)
@@ -152,7 +161,6 @@ class DeviceProcess:
         self.sampler = Sampler(
             self.metrics,
             cfg.instances,
-            lambda: self.recorder.kernel_ns_total,
             gpu_index,
             cfg.sample_interval_s,
         )
