@@ -116,7 +116,6 @@ class Server:
         self.sampler = Sampler(
             self.metrics,
             cfg.instances,
-            lambda: self.recorder.kernel_ns_total,
             gpu_index,
             cfg.sample_interval_s,
         )
@@ -203,13 +202,14 @@ class Server:
         for name, _, duration in self.cold.timeline():
             m.cold_start.labels(**m.labels, phase=name).set(duration)
         m.ready.labels(**m.labels).set(1)
-        m.info.labels(
-            **m.labels,
-            dtype=cfg.dtype,
-            torch=versions()["torch"],
-            max_batch_size=str(cfg.max_batch_size),
-            instances=str(cfg.instances),
-        ).set(1)
+        m.info.labels(**m.labels).info(
+            {
+                "dtype": cfg.dtype,
+                "torch": versions()["torch"],
+                "max_batch_size": str(cfg.max_batch_size),
+                "instances": str(cfg.instances),
+            }
+        )
         m.queue_depth.labels(**m.labels).set_function(lambda: len(self.requests))
         m.in_flight.labels(**m.labels).set_function(lambda: self.servicer.in_flight)
 

@@ -19,15 +19,22 @@ def exprs(p: dict[str, Any]) -> str:
     return " ".join(t.get("expr", "") for t in p.get("targets", []))
 
 
-def test_datasource_uid_matches_dashboard() -> None:
+def test_datasource_is_a_variable() -> None:
+    """No fixed uid: panels and variables use ${datasource}, a datasource variable of type
+    prometheus, so the dashboard imports as is into Grafana with another Prometheus (the
+    kube-prometheus-stack's); provisioning here marks its datasource default, which the variable
+    picks."""
     ds = yaml.safe_load((GRAFANA / "provisioning" / "datasources" / "prometheus.yml").read_text())[
         "datasources"
     ]
     (prom,) = [d for d in ds if d["type"] == "prometheus"]
-    uids = {t["datasource"]["uid"] for p in PANELS for t in p["targets"]} | {
-        p["datasource"]["uid"] for p in PANELS
-    }
-    assert uids == {prom["uid"]}
+    assert prom["isDefault"] is True
+    (var,) = [v for v in DASH["templating"]["list"] if v["type"] == "datasource"]
+    assert var["name"] == "datasource" and var["query"] == "prometheus"
+    refs = [p["datasource"] for p in PANELS] + [t["datasource"] for p in PANELS for t in p["targets"]]
+    refs += [v["datasource"] for v in DASH["templating"]["list"] if "datasource" in v]
+    assert refs and all(r == {"type": "prometheus", "uid": "${datasource}"} for r in refs)
+    assert prom["uid"] not in json.dumps(DASH)
     assert [d["name"] for d in prom["jsonData"]["exemplarTraceIdDestinations"]] == ["request_id"]
 
 
@@ -62,8 +69,11 @@ def test_topics_covered() -> None:
         "netgain_gpu_sm_active_ratio",
         "netgain_gpu_memory_used_bytes",
         "netgain_gpu_power_watts",
-        "netgain_kernel_busy_ratio",
-        "netgain_thread_cpu_ratio",
+        "netgain_kernel_busy_seconds_total",
+        "netgain_device_instances",
+        "netgain_thread_cpu_seconds_total",
+        "process_cpu_seconds_total",
+        "netgain_client_scheduled_requests_total",
         "netgain_requests_total",
         "netgain_client_requests_total",
         "netgain_cold_start_seconds",
@@ -73,7 +83,11 @@ def test_topics_covered() -> None:
     ):
         assert has(metric), f"no panel shows {metric}"
     # GPU gauges beside the kernel busy ratio, in one panel
-    assert set(has("netgain_gpu_utilization_ratio")) & set(has("netgain_kernel_busy_ratio"))
+    assert set(has("netgain_gpu_utilization_ratio")) & set(has("netgain_kernel_busy_seconds_total"))
+    # Prometheus conventions: rates are rate() of counters, never a *_rps or CPU-ratio gauge.
+    gauges = ("_rps", "netgain_kernel_busy_ratio", "netgain_process_cpu_ratio", "netgain_thread_cpu_ratio")
+    for gone in gauges:
+        assert not has(gone), f"{has(gone)} read {gone}"
     stacked = [
         p
         for p in PANELS

@@ -166,9 +166,17 @@ def test_metric_names_exist() -> None:
         names |= {s.name for s in family.samples}
         if family.type == "counter":
             names.add(family.name + "_total")
+        if family.type == "info":
+            names.add(family.name + "_info")
         if family.type == "histogram":
             names |= {family.name + sfx for sfx in ("_bucket", "_sum", "_count")}
-    server = {n for n in names if n.startswith("netgain_")}
+    server = {n for n in names if n.startswith(("netgain_", "process_"))}
+    assert "process_cpu_seconds_total" in server  # ProcessCollector on the server's registry
+    # Prometheus conventions: what rate() derives from a counter is not exported again as a gauge.
+    fams = {f.name: f.type for f in reg.collect()}
+    assert fams["netgain_server"] == "info" and fams["netgain_thread_cpu_seconds"] == "counter"
+    gauges = {"netgain_kernel_busy_ratio", "netgain_process_cpu_ratio", "netgain_thread_cpu_ratio"}
+    assert not gauges & set(fams)
     if LOADGEN_RUNNABLE:  # the load generator's own definitions are the truth
         from netgain.loadgen.runner.live import ClientMetrics
 
@@ -181,13 +189,13 @@ def test_metric_names_exist() -> None:
                 client.add(family.name + "_total")
             if family.type == "histogram":
                 client |= {family.name + sfx for sfx in ("_bucket", "_sum", "_count")}
+            assert not family.name.endswith("_rps"), f"{family.name}: a rate gauge (export a counter)"
     else:
         client_base = {"netgain_client_latency_seconds", "netgain_client_send_lag_seconds"}
         client = {f"{b}{sfx}" for b in client_base for sfx in ("_bucket", "_sum", "_count")} | {
             "netgain_client_requests_total",
             "netgain_client_dropped_total",
-            "netgain_client_target_rps",
-            "netgain_client_achieved_rps",
+            "netgain_client_scheduled_requests_total",
             "netgain_client_in_flight_requests",
             "netgain_client_workers",
         }

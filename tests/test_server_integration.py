@@ -308,7 +308,15 @@ class TestImageServer:
         assert set(cold) == set(COLD_START_PHASES) and all(v >= 0 for v in cold.values())
         assert cold["imports"] > 0
         assert families["netgain_ready"].samples[0].value == 1
+        # An Info metric (OpenMetrics type info; a gauge of value 1 in the text format).
         assert [s.labels["max_batch_size"] for s in families["netgain_server_info"].samples] == ["8"]
+        assert "# TYPE netgain_server info" in image_server.metrics_text(openmetrics=True)
+        assert [s.value for s in families["netgain_device_instances"].samples] == [1.0]
+        # Prometheus conventions: no gauge beside a counter that rate() derives it from.
+        for gone in ("netgain_kernel_busy_ratio", "netgain_process_cpu_ratio", "netgain_thread_cpu_ratio"):
+            assert gone not in families, gone
+        for name in ("process_cpu_seconds", "process_resident_memory_bytes", "process_start_time_seconds"):
+            assert name in families, name
         for name in (
             "netgain_queue_depth_requests",
             "netgain_in_flight_requests",
@@ -319,8 +327,8 @@ class TestImageServer:
             assert name in families, name
         wait_until(
             lambda: (
-                "netgain_process_cpu_ratio" in image_server.metrics_text()
-                and "netgain_thread_cpu_ratio" in image_server.metrics_text()
+                'netgain_thread_cpu_seconds_total{device="cpu",model="image",role="frontend"}'
+                in image_server.metrics_text()
             ),
             what="CPU samplers",
         )

@@ -130,12 +130,14 @@ def png(size: int = 48) -> bytes:
     return buf.getvalue()
 
 
-def role_ratios(text: str) -> dict[str, float]:
+def role_seconds(text: str) -> dict[str, float]:
+    """The ``netgain_thread_cpu_seconds_total`` counters by role."""
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
-        if fam.name == "netgain_thread_cpu_ratio":
+        if fam.name == "netgain_thread_cpu_seconds":
             for s in fam.samples:
-                out[s.labels["role"]] = s.value
+                if s.name.endswith("_total"):
+                    out[s.labels["role"]] = s.value
     return out
 
 
@@ -178,9 +180,13 @@ def test_image_server_reports_compute_cpu(start_server: ServerLauncher) -> None:
         futures = [pool.submit(client) for _ in range(4)]
         try:
             end = time.monotonic() + 20.0
+            last = role_seconds(server.metrics_text())
             while time.monotonic() < end and len(compute) < 6:
                 time.sleep(0.3)
-                roles = role_ratios(server.metrics_text())
+                now = role_seconds(server.metrics_text())
+                roles = {r: now[r] - last.get(r, 0.0) for r in now}  # CPU seconds since the last scrape
+                assert all(v >= 0 for v in roles.values()), roles  # counters never fall
+                last = now
                 if roles.get("device", 0.0) > 0:  # a sample taken under load
                     compute.append(roles.get("compute", 0.0))
                     device.append(roles.get("device", 0.0))

@@ -120,6 +120,16 @@ def test_metrics_of_every_process_on_one_endpoint(start_server: Any) -> None:
     batches = [x.value for x in fams["netgain_batches"].samples if x.name.endswith("_total")]
     assert batches and batches[0] >= 1  # the device process's counter, on the same endpoint
     assert [x.value for x in fams["netgain_ready"].samples] == [1.0]
+    # Counters of CPU time add up over the processes; the start time is the first process's.
+    assert [x.value for x in fams["netgain_server_info"].samples] == [1.0]
+    assert "# TYPE netgain_server info" in s.metrics_text(openmetrics=True)
+    assert [x.value for x in fams["netgain_device_instances"].samples] == [1.0]
+    cpu = [x.value for x in fams["process_cpu_seconds"].samples]
+    assert len(cpu) == 1 and cpu[0] > 0
+    starts = [x.value for x in fams["process_start_time_seconds"].samples]
+    assert len(starts) == 1 and 0 < time.time() - starts[0] < 600  # the earliest, not a sum of three
+    roles = {x.labels["role"]: x.value for x in fams["netgain_thread_cpu_seconds"].samples}
+    assert roles.get("frontend", 0) > 0 and all(v >= 0 for v in roles.values())
     assert "# EOF" in s.metrics_text(openmetrics=True)
 
 

@@ -28,7 +28,7 @@ DASHBOARDS = sorted((DEPLOY / "grafana" / "dashboards").glob("*.json"))
 
 GPU_METRIC = re.compile(r"\bnetgain_gpu_\w+")
 CLIENT_METRIC = re.compile(r"\bnetgain_client\w*")
-METRIC_NAME = re.compile(r"\b(netgain_[a-z0-9_]+)")
+METRIC_NAME = re.compile(r"\b((?:netgain|process)_[a-z0-9_]+)")  # process_*: prometheus_client's
 
 # What Grafana substitutes for its variables when a dashboard is evaluated outside Grafana.
 GRAFANA_DEFAULTS = {
@@ -124,7 +124,7 @@ def _resolve_dependencies(queries: list[Query]) -> None:
 
 
 def metric_names(q: Query, queries: list[Query]) -> set[str]:
-    """``netgain_*`` metric names an expression reads, directly or through recording rules."""
+    """``netgain_*`` and ``process_*`` names an expression reads, directly or through recording rules."""
     recorded = {r.recorded: r for r in queries if r.recorded}
     exprs = [q.expr] + [recorded[d].expr for d in q.depends_on]
     names: set[str] = set()

@@ -19,6 +19,7 @@ from netgain.contract import rundir as files
 from netgain.contract.phases import PHASES
 from netgain.contract.records import PHASE_COLUMNS, REQUIRED_COLUMNS, SAMPLE_COLUMNS
 from netgain.errors import NetgainError
+from netgain.loadgen.analysis.counters import with_ratios
 
 NS_PER_MS = 1e6
 
@@ -152,15 +153,19 @@ def load_requests(run_dir: str | Path, *, warmup_s: float | None = None, with_id
 
 
 def load_samples(run_dir: str | Path) -> pa.Table | None:
-    """samples.parquet, or None when the run has none (the report then says so in its warnings)."""
+    """samples.parquet, or None when the run has none (the report then says so in its warnings).
+
+    The scraped counters (CPU and kernel seconds) come with the ratio series derived from them
+    (``counters.with_ratios``), which the report's ``cpu`` and ``gpu`` sections read."""
     path = Path(run_dir) / files.SAMPLES
     if not path.exists():
         return None
     pf = _open_parquet(path)
     try:
-        return pf.read(columns=list(SAMPLE_COLUMNS))
+        table = pf.read(columns=list(SAMPLE_COLUMNS))
     except (pa.ArrowException, KeyError, OSError) as exc:
         raise AnalysisError(f"{path} could not be read ({exc}): re-run `netgain load`") from None
+    return with_ratios(table)
 
 
 # the span log's phase fields, named as the request records' columns

@@ -60,9 +60,12 @@ class ClientMetrics:
         self.dropped = Counter(
             "netgain_client_dropped", "Requests not sent: in-flight cap reached.", registry=registry
         )
-        self.target_rps = Gauge("netgain_client_target_rps", "Scheduled request rate.", registry=registry)
-        self.achieved_rps = Gauge(
-            "netgain_client_achieved_rps", "Requests sent per second, last interval.", registry=registry
+        # A counter, not a rate gauge: rate() of it is the target rate, and rate() of
+        # netgain_client_requests_total the achieved one (no *_rps gauge beside them).
+        self.scheduled = Counter(
+            "netgain_client_scheduled_requests",
+            "Requests due by the schedule so far (its mean rate times the time elapsed).",
+            registry=registry,
         )
         self.in_flight = Gauge(
             "netgain_client_in_flight_requests", "Requests sent and not answered.", registry=registry
@@ -167,8 +170,7 @@ class LiveStats:
         achieved = (self.sent - self._last_sent) / max(interval_s, 1e-9)
         self._last_sent = self.sent
         if self.metrics is not None:
-            self.metrics.achieved_rps.set(achieved)
-            self.metrics.target_rps.set(target_rps)
+            self.metrics.scheduled.inc(max(0.0, target_rps * interval_s))
             self.metrics.in_flight.set(sum(self.in_flight.values()))
 
         def ms(v: float, width: int) -> str:  # "-" until measured requests (after warm-up) arrive

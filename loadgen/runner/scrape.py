@@ -15,18 +15,21 @@ from netgain.contract.records import sample_schema
 
 log = logging.getLogger("netgain.loadgen")
 
+# Sample names (a counter's with its _total). CPU and kernel time are counters, kept as scraped:
+# the report derives their ratios from the increase between scrapes (analysis/counters.py).
 SAMPLED = {
     "netgain_gpu_utilization_ratio",
     "netgain_gpu_sm_active_ratio",
     "netgain_gpu_memory_used_bytes",
     "netgain_gpu_memory_total_bytes",
     "netgain_gpu_power_watts",
-    "netgain_process_cpu_ratio",
-    "netgain_thread_cpu_ratio",
+    "process_cpu_seconds_total",
+    "netgain_thread_cpu_seconds_total",
+    "netgain_kernel_busy_seconds_total",
+    "netgain_device_instances",
     "netgain_cpu_cores",
     "netgain_queue_depth_requests",
     "netgain_in_flight_requests",
-    "netgain_kernel_busy_ratio",
 }
 KEEP_LABELS = ("role", "gpu")
 
@@ -34,9 +37,9 @@ KEEP_LABELS = ("role", "gpu")
 def parse_samples(text: str, t_s: float, source: str) -> list[tuple[float, str, str, str, float]]:
     rows = []
     for family in text_string_to_metric_families(text):
-        if family.name not in SAMPLED:
-            continue
         for s in family.samples:
+            if s.name not in SAMPLED:
+                continue
             labels = ",".join(f"{k}={s.labels[k]}" for k in KEEP_LABELS if k in s.labels)
             rows.append((t_s, source, s.name, labels, float(s.value)))
     return rows

@@ -250,7 +250,7 @@ class Frontend:
             self._no_profile,
             instrumented=cfg.instrumentation,
         )
-        sampler = Sampler(metrics, 1, lambda: 0, None, cfg.sample_interval_s)
+        sampler = Sampler(metrics, 0, None, cfg.sample_interval_s)  # runs no model: no instances
         health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
         server, _ = await start_grpc(cfg, self.servicer, health_servicer)
         metrics_port = -1

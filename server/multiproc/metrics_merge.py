@@ -2,8 +2,10 @@
 
 Each child process serves its own registry on a loopback port; the supervisor's collector
 reads them all at scrape time (OpenMetrics, so exemplars survive) and adds up samples that
-carry the same name and labels: counters, histogram buckets and most gauges are totals over
-the processes. A few gauges are not sums (``MAX``); ``_created`` keeps the earliest time.
+carry the same name and labels: counters (CPU seconds of threads and processes included),
+histogram buckets and most gauges are totals over the processes. A few gauges are not sums
+(``MAX``, ``MIN``: the server started when its first process did); ``_created`` keeps the
+earliest time.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from prometheus_client.samples import Sample
 
 log = logging.getLogger("netgain.server")
 
-MAX = {"netgain_cpu_cores"}  # the same cores seen by every process: not a sum
+# The same cores and the same limit in every process: not a sum.
+MAX = {"netgain_cpu_cores", "process_max_fds"}
+MIN = {"process_start_time_seconds"}
 ACCEPT = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 
@@ -45,7 +49,7 @@ def merge(sources: Iterable[Iterable[Metric]]) -> list[Metric]:
                 if old is None:
                     acc[key] = s
                     continue
-                if s.name.endswith("_created"):
+                if s.name.endswith("_created") or fam.name in MIN:
                     value = min(old.value, s.value)
                 elif fam.name in MAX or fam.type == "info":
                     value = max(old.value, s.value)

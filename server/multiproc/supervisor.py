@@ -186,13 +186,14 @@ class Supervisor:
         for name, _, duration in self.cold.timeline():
             m.cold_start.labels(**m.labels, phase=name).set(duration)
         m.ready.labels(**m.labels).set(1)
-        m.info.labels(
-            **m.labels,
-            dtype=cfg.dtype,
-            torch=self.versions.get("torch", ""),
-            max_batch_size=str(cfg.max_batch_size),
-            instances=str(cfg.instances),
-        ).set(1)
+        m.info.labels(**m.labels).info(
+            {
+                "dtype": cfg.dtype,
+                "torch": self.versions.get("torch", ""),
+                "max_batch_size": str(cfg.max_batch_size),
+                "instances": str(cfg.instances),
+            }
+        )
 
     # -- run ---------------------------------------------------------------------------
     def run(self) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 
 from netgain.contract.phases import PHASES
 from netgain.server.telemetry.histograms import DurationHistograms
@@ -12,7 +12,14 @@ BATCH_BUCKETS = tuple(float(2**i) for i in range(11))  # 1 .. 1024 items
 
 
 class ServerMetrics:
-    """Every ``netgain_*`` metric the server exports. GPU gauges exist only when a GPU is sampled."""
+    """Every ``netgain_*`` metric the server exports, and the standard ``process_*`` ones
+    (prometheus_client's ProcessCollector). GPU gauges exist only when a GPU is sampled.
+
+    Prometheus conventions: what accumulates is a counter (``*_total``; CPU and kernel time in
+    seconds), and a ratio that ``rate()`` derives from one is not exported beside it
+    (``rate(process_cpu_seconds_total[1m])`` is the process's cores in use,
+    ``rate(netgain_kernel_busy_seconds_total[1m]) / netgain_device_instances`` the kernel busy
+    ratio per instance)."""
 
     def __init__(self, registry: CollectorRegistry, model: str, device: str) -> None:
         self.registry = registry
@@ -40,9 +47,9 @@ class ServerMetrics:
             lab,
             registry=registry,
         )
-        self.kernel_busy = Gauge(
-            "netgain_kernel_busy_ratio",
-            "Kernel busy time over wall time per instance, last interval.",
+        self.instances = Gauge(
+            "netgain_device_instances",
+            "Model instances running batches (the kernel busy ratio is per instance).",
             lab,
             registry=registry,
         )
@@ -52,15 +59,11 @@ class ServerMetrics:
         self.in_flight = Gauge(
             "netgain_in_flight_requests", "Requests accepted and not yet answered.", lab, registry=registry
         )
-        self.process_cpu = Gauge(
-            "netgain_process_cpu_ratio",
-            "Process CPU time over wall time (1.0 = one core).",
-            lab,
-            registry=registry,
-        )
-        self.thread_cpu = Gauge(
-            "netgain_thread_cpu_ratio",
-            "CPU time over wall time by thread role (1.0 = one core).",
+        # process_cpu_seconds_total, process_resident_memory_bytes, ... (Linux /proc).
+        ProcessCollector(registry=registry)
+        self.thread_cpu = Counter(
+            "netgain_thread_cpu_seconds",
+            "CPU time used by thread role, as the sampler last read it (1 s/s = one core).",
             (*lab, "role"),
             registry=registry,
         )
@@ -76,10 +79,10 @@ class ServerMetrics:
         self.ready = Gauge(
             "netgain_ready", "1 once the model is loaded and warmed up.", lab, registry=registry
         )
-        self.info = Gauge(
-            "netgain_server_info",
-            "Constant 1 with the server's configuration as labels.",
-            (*lab, "dtype", "torch", "max_batch_size", "instances"),
+        self.info = Info(
+            "netgain_server",
+            "The server's configuration (exported as netgain_server_info, value 1).",
+            lab,
             registry=registry,
         )
         self.gpu: GpuGauges | None = None

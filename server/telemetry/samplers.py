@@ -1,7 +1,9 @@
-"""Periodic samplers: process and per-thread-role CPU, GPU (NVML, GPM), kernel busy ratio.
+"""Periodic samplers: per-thread-role CPU (counters of seconds), GPU (NVML, GPM gauges).
 
-They run on their own thread and only write gauges; a sampler that fails logs once
-and keeps going. With no GPU, or no NVML, the GPU gauges are never created, so
+Process CPU and memory are prometheus_client's ProcessCollector (``process_*``), read at scrape
+time; the kernel busy ratio is ``rate(netgain_kernel_busy_seconds_total)`` over
+``netgain_device_instances``. The samplers run on their own thread and only write metrics; a
+sampler that fails logs once and keeps going. With no GPU, or no NVML, the GPU gauges are never created, so
 they are absent from /metrics rather than reading zero.
 """
 
@@ -152,14 +154,12 @@ class Sampler:
         self,
         metrics: ServerMetrics,
         instances: int,
-        kernel_ns_total: Callable[[], int],
         gpu_index: int | None,
         interval_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.metrics = metrics
-        self.instances = max(1, instances)
-        self.kernel_ns_total = kernel_ns_total
+        self.instances = instances  # 0 in a process that runs no model (a --workers frontend)
         self.interval_s = interval_s
         self.clock = clock
         self.gpu: GpuSampler | None = None
@@ -174,7 +174,10 @@ class Sampler:
         self._warned: set[str] = set()
 
     def start(self) -> None:
-        self.metrics.cpu_cores.labels(**self.metrics.labels).set(len(os.sched_getaffinity(0)))
+        m = self.metrics
+        m.cpu_cores.labels(**m.labels).set(len(os.sched_getaffinity(0)))
+        if self.instances > 0:
+            m.instances.labels(**m.labels).set(self.instances)
         self._thread.start()
 
     def stop(self) -> None:
@@ -183,24 +186,19 @@ class Sampler:
 
     def _loop(self) -> None:
         name_os_thread()
-        last_t = self.clock()
-        last_cpu = self._process_cpu()
-        last_roles = read_thread_cpu()
-        last_kernel = self.kernel_ns_total()
-        while not self._stop.wait(self.interval_s):
-            now = self.clock()
-            dt = max(1e-9, now - last_t)
-            m = self.metrics
+        m = self.metrics
+        # Counters from zero: the first reading counts what each role used before (imports, model
+        # build, warm-up); later ones add what it used since. A thread that ended takes its time
+        # out of /proc, so a role's reading can fall: counted as no use, never as a decrease.
+        last_roles: dict[str, float] = {}
+        while True:
             try:
-                cpu = self._process_cpu()
-                m.process_cpu.labels(**m.labels).set((cpu - last_cpu) / dt)
                 roles = read_thread_cpu()
-                for role in set(roles) | set(last_roles):
-                    used = roles.get(role, 0.0) - last_roles.get(role, 0.0)
-                    m.thread_cpu.labels(**m.labels, role=role).set(max(0.0, used) / dt)
-                kernel = self.kernel_ns_total()
-                m.kernel_busy.labels(**m.labels).set((kernel - last_kernel) / 1e9 / dt / self.instances)
-                last_cpu, last_roles, last_kernel = cpu, roles, kernel
+                for role in roles:
+                    used = roles[role] - last_roles.get(role, 0.0)
+                    if used > 0:
+                        m.thread_cpu.labels(**m.labels, role=role).inc(used)
+                last_roles = roles
             except Exception as exc:
                 self._warn_once("cpu", exc)
             if self.gpu is not None and m.gpu is not None:
@@ -208,7 +206,8 @@ class Sampler:
                     self._publish_gpu(self.gpu.read())
                 except Exception as exc:
                     self._warn_once("gpu", exc)
-            last_t = now
+            if self._stop.wait(self.interval_s):
+                return
 
     def _publish_gpu(self, reading: dict[str, float]) -> None:
         g = self.metrics.gpu
@@ -220,11 +219,6 @@ class Sampler:
         g.power.labels(**lab).set(reading["power"])
         if "sm_active" in reading:
             g.sm_active.labels(**lab).set(reading["sm_active"])
-
-    @staticmethod
-    def _process_cpu() -> float:
-        t = os.times()
-        return t.user + t.system
 
     def _warn_once(self, what: str, exc: Exception) -> None:
         if what not in self._warned:
