@@ -21,7 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
 from netgain.protos import inference_pb2 as pb
-from netgain.protos.service import SERVICE_NAME, add_inference_servicer
+from netgain.protos.service import SERVICE_NAME, add_inference_servicer, add_oip_servicer
 from netgain.server.batching.pipeline import Batch, Pipeline, PipelineConfig
 from netgain.server.batching.queue import RequestQueue
 from netgain.server.coldstart import ColdStart
@@ -29,6 +29,7 @@ from netgain.server.config import ServeConfig
 from netgain.server.device import DeviceRunner, resolve_device
 from netgain.server.handlers import create_handler
 from netgain.server.handlers.base import Handler
+from netgain.server.oip import OipServicer, model_io
 from netgain.server.service import InferenceServicer, Limits
 from netgain.server.telemetry.metrics import ServerMetrics
 from netgain.server.telemetry.recorder import Recorder, SpanLog
@@ -353,6 +354,9 @@ async def start_grpc(cfg: ServeConfig, servicer: Any, health_servicer: Any) -> t
     ]
     server = grpc.aio.server(options=opts)
     add_inference_servicer(servicer, server)
+    # The Open Inference Protocol beside netgain.v1, through the same servicer (server/oip.py);
+    # its tensors follow the handler's example payload (a throwaway instance: no model is built).
+    add_oip_servicer(OipServicer(servicer, model_io(create_handler(cfg.model, cfg.handler_options))), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (

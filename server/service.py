@@ -7,7 +7,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
@@ -49,12 +49,19 @@ class Limits:
 
 def validate_request(request: pb.InferRequest, model: str, limits: Limits) -> tuple[Any, str] | None:
     """Checks that need no handler. Returns (status code, message) or None when acceptable."""
-    if request.model and request.model != model:
+    return validate_items(request.model, request.inputs, model, limits)
+
+
+def validate_items(
+    asked: str, inputs: Sequence[pb.Input], model: str, limits: Limits
+) -> tuple[Any, str] | None:
+    """validate_request for any protocol: ``asked`` is the model the request named ("" for any)."""
+    if asked and asked != model:
         return (
             grpc.StatusCode.NOT_FOUND,
-            f"model {request.model!r} is not served here (this server runs {model!r})",
+            f"model {asked!r} is not served here (this server runs {model!r})",
         )
-    n = len(request.inputs)
+    n = len(inputs)
     if n == 0:
         return grpc.StatusCode.INVALID_ARGUMENT, "request has no inputs: add at least one Input"
     if n > limits.max_items:
@@ -62,7 +69,7 @@ def validate_request(request: pb.InferRequest, model: str, limits: Limits) -> tu
             grpc.StatusCode.INVALID_ARGUMENT,
             f"request has {n} inputs, over the limit of {limits.max_items} (--max-items-per-request)",
         )
-    for i, item in enumerate(request.inputs):
+    for i, item in enumerate(inputs):
         if not item.data and not item.features:
             return grpc.StatusCode.INVALID_ARGUMENT, f"input {i} is empty: set data or features"
     return None
@@ -101,7 +108,7 @@ class InferenceServicer:
         assert self._loop is not None
         self._loop.call_soon_threadsafe(_resolve_all, reqs)
 
-    def _request_id(self, context: Any) -> tuple[str, str | None]:
+    def _request_id(self, context: Any, fallback: str = "") -> tuple[str, str | None]:
         for key, value in context.invocation_metadata() or ():
             if key == REQUEST_ID_KEY:
                 if not value.isascii():  # gRPC decoded non-UTF-8 bytes as Latin-1
@@ -109,6 +116,10 @@ class InferenceServicer:
                 if not REQUEST_ID_RE.match(value):
                     return "invalid", "x-request-id must be 1-128 characters of A-Z a-z 0-9 . _ : -"
                 return value, None
+        if fallback:
+            if not REQUEST_ID_RE.match(fallback):
+                return "invalid", "the request id must be 1-128 characters of A-Z a-z 0-9 . _ : -"
+            return fallback, None
         self._anon += 1
         return f"{self._prefix}{self._anon}", None
 
@@ -126,10 +137,29 @@ class InferenceServicer:
 
     async def Infer(self, request: pb.InferRequest, context: Any) -> pb.InferResponse:
         arrival = self.clock()
+        p = await self.infer_items(arrival, request.model, request.inputs, context)
+        return pb.InferResponse(
+            model=self.model, outputs=p.outputs, batch_id=max(0, p.batch_id), batch_size=p.batch_size
+        )
+
+    async def infer_items(
+        self,
+        arrival: int,
+        asked_model: str,
+        inputs: Sequence[pb.Input],
+        context: Any,
+        refused: tuple[Any, str] | None = None,
+        fallback_id: str = "",
+    ) -> Pending:
+        """The request path every protocol shares (netgain.v1 here, the Open Inference Protocol in
+        oip.py): request id, admission, the queue and its batching, accounting, trailers. Returns the
+        answered request; a failure aborts the call (with the trailers) instead. ``refused`` is the
+        protocol's own verdict on the request (code, message), failed and counted like the others;
+        ``fallback_id`` is a request id the protocol carries when the metadata has none."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        rid, bad_id = self._request_id(context)
-        p = Pending(rid, request.inputs, arrival)
+        rid, bad_id = self._request_id(context, fallback_id)
+        p = Pending(rid, inputs, arrival)
         error: tuple[Any, str] | None = None
         if bad_id:
             error = (grpc.StatusCode.INVALID_ARGUMENT, bad_id)
@@ -137,8 +167,10 @@ class InferenceServicer:
             error = (grpc.StatusCode.UNAVAILABLE, "server is shutting down; send to another replica")
         elif not self.ready:
             error = (grpc.StatusCode.UNAVAILABLE, "model is loading or warming up; wait for health SERVING")
+        elif refused is not None:
+            error = refused
         else:
-            error = validate_request(request, self.model, self.limits)
+            error = validate_items(asked_model, inputs, self.model, self.limits)
         if error is None:
             remaining = context.time_remaining()
             if remaining is not None:
@@ -168,9 +200,7 @@ class InferenceServicer:
         if p.code != "OK":
             await context.abort(grpc.StatusCode[p.code], p.message, trailing_metadata=trailers)
         context.set_trailing_metadata(trailers)
-        return pb.InferResponse(
-            model=self.model, outputs=p.outputs, batch_id=max(0, p.batch_id), batch_size=p.batch_size
-        )
+        return p
 
     async def ServerInfo(self, request: pb.ServerInfoRequest, context: Any) -> pb.ServerInfoResponse:
         return self._info()

@@ -1,0 +1,188 @@
+"""The Open Inference Protocol (KServe v2 gRPC) served by `netgain serve`, checked with Triton's own
+client (tritonclient[grpc]): readiness, metadata, inference on each built-in model, errors, and the
+netgain trailers and span log that the same request path gives both protocols."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+
+from netgain.contract.payloads import null_bytes, synthetic_jpeg, tabular_features, text_bytes
+from netgain.contract.phases import PHASES, REQUEST_ID_KEY, TIMING_KEY, parse_trailer
+from netgain.protos import oip_pb2
+from netgain.server.oip import BadTensor, ModelIO, split_bytes, to_inputs
+
+try:
+    import tritonclient.grpc as tc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+    from tritonclient.utils import InferenceServerException
+except ImportError as exc:  # pragma: no cover - CI installs it (.[dev])
+    tc = None
+    _skip = f"tritonclient[grpc] cannot be imported ({exc}); pip install -e '.[dev]'"
+else:
+    _skip = ""
+
+needs_triton = pytest.mark.skipif(tc is None, reason=_skip or "tritonclient present")
+
+RNG = random.Random(7)
+PAYLOADS = {
+    "image": lambda: synthetic_jpeg(RNG, 6000),
+    "text": lambda: text_bytes(RNG),
+    "null": lambda: null_bytes(RNG, 64),
+}
+
+
+def bytes_input(items: list[bytes]) -> Any:
+    inp = tc.InferInput("INPUT", [len(items)], "BYTES")
+    inp.set_data_from_numpy(np.array(items, dtype=np.object_))
+    return inp
+
+
+def features_input(rows: list[list[float]]) -> Any:
+    inp = tc.InferInput("INPUT", [len(rows), len(rows[0])], "FP32")
+    inp.set_data_from_numpy(np.array(rows, dtype=np.float32))
+    return inp
+
+
+def check_trailers(call: Any, request_id: str, items: int) -> None:
+    trailers = dict(call.trailing_metadata())
+    assert trailers[REQUEST_ID_KEY] == request_id
+    phases, batch = parse_trailer(trailers[TIMING_KEY])
+    assert set(PHASES) <= set(phases) and phases["total"] > 0
+    assert batch is not None and batch[0] >= 0 and batch[1] >= items
+
+
+@needs_triton
+@pytest.mark.parametrize("model", ["image", "text", "tabular", "null"])
+def test_tritonclient_metadata_readiness_inference_errors(start_server: Any, model: str) -> None:
+    server = start_server("--model", model, "--max-batch-size", "8", "--workers", "0")
+    client = tc.InferenceServerClient(url=server.target)
+    assert client.is_server_live() and client.is_server_ready()
+    assert client.is_model_ready(model) and not client.is_model_ready("resnet50")
+    meta = client.get_model_metadata(model, as_json=True)
+    assert meta["name"] == model and meta["versions"] == ["1"]
+    (inp,) = meta["inputs"]
+    assert inp["name"] == "INPUT"
+    assert [o["name"] for o in meta["outputs"]] == ["LABEL", "SCORE"]
+    with pytest.raises(InferenceServerException) as missing:
+        client.get_model_metadata("resnet50")
+    assert "NOT_FOUND" in str(missing.value.status()) and "resnet50" in missing.value.message()
+
+    # inference: a client-side batch of 3, ids through tritonclient's request_id
+    if model == "tabular":
+        assert inp["datatype"] == "FP32" and inp["shape"] == ["-1", "64"]
+        good = features_input([tabular_features(RNG, 64) for _ in range(3)])
+        bad = features_input([tabular_features(RNG, 63)])
+        bad_message = "rows of 64 features expected"
+    else:
+        assert inp["datatype"] == "BYTES" and inp["shape"] == ["-1"]
+        good = bytes_input([PAYLOADS[model]() for _ in range(3)])
+        bad = bytes_input([b"\xff\xfe not a jpeg" if model == "image" else b"\xff\xfe\xfd"])
+        bad_message = {"image": "image", "text": "UTF-8", "null": ""}[model]
+    result = client.infer(model, [good], request_id=f"oip-{model}-1")
+    labels, scores = result.as_numpy("LABEL"), result.as_numpy("SCORE")
+    assert labels.shape == (3,) and labels.dtype == np.int64 and scores.dtype == np.float32
+    if model != "null":
+        assert ((scores > 0) & (scores <= 1)).all()
+    assert result.get_response().id == f"oip-{model}-1"
+    only = client.infer(model, [good], outputs=[tc.InferRequestedOutput("LABEL")])
+    assert [o.name for o in only.get_response().outputs] == ["LABEL"]
+    assert (only.as_numpy("LABEL") == labels).all()  # deterministic models, same items
+
+    # errors: bad payload (the handler's message), wrong datatype, wrong name, unknown model
+    if model != "null":  # the null model accepts any bytes
+        with pytest.raises(InferenceServerException) as invalid:
+            client.infer(model, [bad], request_id=f"oip-{model}-bad")
+        assert "INVALID_ARGUMENT" in str(invalid.value.status())
+        assert bad_message in invalid.value.message()
+    wrong_type = tc.InferInput("INPUT", [1], "INT32")
+    wrong_type.set_data_from_numpy(np.array([1], dtype=np.int32))
+    with pytest.raises(InferenceServerException) as typed:
+        client.infer(model, [wrong_type])
+    assert "INVALID_ARGUMENT" in str(typed.value.status()) and "INT32" in typed.value.message()
+    renamed = tc.InferInput("input_1", [1], "BYTES")
+    renamed.set_data_from_numpy(np.array([b"x"], dtype=np.object_))
+    with pytest.raises(InferenceServerException) as named:
+        client.infer(model, [renamed])
+    assert "INVALID_ARGUMENT" in str(named.value.status()) and "'input_1'" in named.value.message()
+    with pytest.raises(InferenceServerException) as unknown:
+        client.infer("resnet50", [good])
+    assert "NOT_FOUND" in str(unknown.value.status())
+
+    # trailers and x-request-id on OIP calls, success and failure, through Triton's own stubs
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(server.channel)
+    request = service_pb2.ModelInferRequest(model_name=model)
+    tensor = request.inputs.add(name="INPUT", datatype=good.datatype(), shape=good.shape())
+    request.raw_input_contents.append(good._get_content())
+    _, call = stub.ModelInfer.with_call(request, metadata=((REQUEST_ID_KEY, f"trailer-{model}"),))
+    check_trailers(call, f"trailer-{model}", 3)
+    tensor.datatype = "INT32"
+    with pytest.raises(Exception) as failed:
+        stub.ModelInfer(request, metadata=((REQUEST_ID_KEY, f"trailer-{model}-bad"),))
+    assert dict(failed.value.trailing_metadata())[REQUEST_ID_KEY] == f"trailer-{model}-bad"
+
+    # the span log and the counters see OIP requests like netgain.v1's
+    server.terminate()
+    spans = {s["id"]: s for s in server.span_lines()}
+    assert spans[f"oip-{model}-1"]["code"] == "OK" and spans[f"oip-{model}-1"]["items"] == 3
+    assert spans[f"trailer-{model}"]["code"] == "OK"
+    assert spans[f"trailer-{model}-bad"]["code"] == "INVALID_ARGUMENT"
+
+
+@needs_triton
+@pytest.mark.slow
+def test_tritonclient_against_workers(start_server: Any) -> None:
+    """--workers 2: each frontend registers the OIP service through the same start_grpc."""
+    server = start_server("--model", "null", "--workers", "2")
+    clients = [tc.InferenceServerClient(url=server.target) for _ in range(4)]
+    for i, client in enumerate(clients):
+        assert client.is_model_ready("null")
+        out = client.infer("null", [bytes_input([b"abc", b"de"])], request_id=f"w-{i}")
+        assert out.as_numpy("LABEL").tolist() == [3, 2]  # the null model answers each item's length
+
+
+@needs_triton
+def test_both_descriptor_sets_import_in_one_process() -> None:
+    """tritonclient registers inference.* in protobuf's default pool; netgain's copy is private."""
+    assert service_pb2.ModelInferRequest.DESCRIPTOR.full_name == "inference.ModelInferRequest"
+    ours = oip_pb2.ModelInferRequest(model_name="m", id="x")
+    theirs = service_pb2.ModelInferRequest.FromString(ours.SerializeToString())
+    assert (theirs.model_name, theirs.id) == ("m", "x")
+
+
+def _request(datatype: str, shape: list[int], raw: bytes | None = None, **contents: Any) -> Any:
+    req = oip_pb2.ModelInferRequest(model_name="m")
+    t = req.inputs.add(name="INPUT", datatype=datatype, shape=shape)
+    for key, values in contents.items():
+        getattr(t.contents, key).extend(values)
+    if raw is not None:
+        req.raw_input_contents.append(raw)
+    return req
+
+
+def test_tensor_conversion() -> None:
+    raw = b"".join(len(b).to_bytes(4, "little") + b for b in (b"ab", b"", b"xyz"))
+    assert split_bytes(raw) == [b"ab", b"", b"xyz"]
+    with pytest.raises(BadTensor, match="malformed"):
+        split_bytes(raw[:-1])
+    with pytest.raises(BadTensor, match="malformed"):
+        split_bytes(b"\x01\x00")
+    bytes_io, feats_io = ModelIO("BYTES"), ModelIO("FP32", 2)
+    assert [i.data for i in to_inputs(_request("BYTES", [3, 1], raw), bytes_io)] == [b"ab", b"", b"xyz"]
+    assert [i.data for i in to_inputs(_request("BYTES", [1], bytes_contents=[b"q"]), bytes_io)] == [b"q"]
+    with pytest.raises(BadTensor, match="holds 2 elements, the data 3"):
+        to_inputs(_request("BYTES", [2], raw), bytes_io)
+    rows = np.arange(6, dtype="<f4")
+    got = to_inputs(_request("FP32", [3, 2], rows.tobytes()), feats_io)
+    assert [list(i.features) for i in got] == [[0, 1], [2, 3], [4, 5]]
+    got = to_inputs(_request("FP32", [1, 2], fp32_contents=[1.5, 2.5]), feats_io)
+    assert [list(i.features) for i in got] == [[1.5, 2.5]]
+    with pytest.raises(BadTensor, match="24 bytes of FP32, the data 20"):
+        to_inputs(_request("FP32", [3, 2], rows.tobytes()[:-4]), feats_io)
+    with pytest.raises(BadTensor, match="negative"):
+        to_inputs(_request("FP32", [-1, 2], rows.tobytes()), feats_io)
+    with pytest.raises(BadTensor, match="takes one"):
+        to_inputs(oip_pb2.ModelInferRequest(), bytes_io)
