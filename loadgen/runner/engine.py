@@ -13,6 +13,7 @@ Times are ``perf_counter_ns`` aligned once to the master's epoch.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import ctypes
 import fcntl
@@ -26,13 +27,13 @@ import time
 from typing import IO, Any
 
 import grpc
+import numpy as np
 
 from netgain.contract.messages import Plan
 from netgain.contract.phases import PHASES, REQUEST_ID_KEY, TIMING_KEY, parse_trailer
 from netgain.contract.records import PHASE_COLUMNS, SERVER_COLUMNS, empty_columns
 from netgain.loadgen.payloads import PayloadFactory
 from netgain.loadgen.runner import frames
-from netgain.protos.service import SERVICE_NAME
 
 log = logging.getLogger("netgain.loadgen")
 FLUSH_INTERVAL_S = 0.25
@@ -123,6 +124,13 @@ class Engine:
         self.epoch_perf_ns = 0
         self.index, self.t_ns, self.size, self.items = plan.arrays()
         self.bodies: list[bytes] = []
+        # Open loop: parts of the shard still to come (``plan.more``) arrive as CHUNK frames and
+        # wait here; only the part being sent and those queued (SEND_AHEAD_S of the schedule) are held.
+        self._parts: collections.deque[tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]] = (
+            collections.deque()
+        )
+        self._more = plan.more
+        self._waiting = False  # every request held is sent; the next part has not come yet
         self.payloads = PayloadFactory(
             plan.model, plan.handler_options, plan.seed, variants=int(plan.extra.get("payload_variants", 8))
         )
@@ -133,10 +141,37 @@ class Engine:
         self._cpu_mark = self._run_mark = self._mark()
 
     def prepare(self) -> None:
-        self.bodies = [
+        self.bodies = self.build(self.index, self.size, self.items)
+
+    def build(self, index: np.ndarray, size: np.ndarray, items: np.ndarray) -> list[bytes]:
+        return [
             self.payloads.request_bytes(int(i), int(s), int(k))
-            for i, s, k in zip(self.index, self.size, self.items, strict=True)
+            for i, s, k in zip(index, size, items, strict=True)
         ]
+
+    def add_part(self, data: dict[str, Any], bodies: list[bytes] | None = None) -> None:
+        """The next part of the shard (a CHUNK frame's data; ``bodies`` built already, or here)."""
+        index = np.frombuffer(data["index"], dtype=np.int64)
+        t_ns = np.frombuffer(data["t_ns"], dtype=np.int64)
+        items = np.frombuffer(data["items"], dtype=np.int32)
+        if bodies is None:
+            bodies = self.build(index, np.frombuffer(data["size"], dtype=np.int64), items)
+        if index.shape[0]:
+            self._parts.append((index, t_ns, items, bodies))
+        self._more = bool(data.get("more", False))
+        if self._waiting:
+            self._waiting = False
+            asyncio.get_running_loop().call_soon(self._tick)
+
+    def _advance(self) -> bool:
+        """Whether a request is left to send, moving on to the next part when this one is spent."""
+        if self._next < len(self.index):
+            return True
+        if not self._parts:
+            return False
+        self.index, self.t_ns, self.items, self.bodies = self._parts.popleft()
+        self._next = 0
+        return True
 
     def _channels(self) -> list[list[grpc.aio.Channel]]:
         """``connections`` channels per target. A local subchannel pool gives each its own TCP
@@ -160,9 +195,7 @@ class Engine:
         self._cpu_mark = self._run_mark = self._mark()
         channels = self._channels()
         # Bytes in, bytes out: requests are pre-serialized and responses only measured.
-        self.calls = [
-            [ch.unary_unary(f"/{SERVICE_NAME}/Infer", None, None) for ch in per] for per in channels
-        ]
+        self.calls = [[ch.unary_unary(self.payloads.method, None, None) for ch in per] for per in channels]
         flusher = asyncio.get_running_loop().create_task(self._flush_loop())
         try:
             if self.plan.mode == "closed":
@@ -207,10 +240,16 @@ class Engine:
                 self.dropped += 1
                 self._record(j, None, None, "DROPPED", 0, {})
             else:
-                task = loop.create_task(self._complete(j, int(self.t_ns[j]), *self._start(j)))
+                what = (int(self.t_ns[j]), int(self.items[j]), len(self.bodies[j]))
+                task = loop.create_task(self._complete(*what, *self._start(j)))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
-        if self._next >= len(self.index) and self._all_sent is not None and not self._all_sent.done():
+        if (
+            not self._advance()
+            and not self._more
+            and self._all_sent is not None
+            and not self._all_sent.done()
+        ):
             self._all_sent.set_result(None)
 
     def _arm(self) -> None:
@@ -218,7 +257,8 @@ class Engine:
 
         A timer callback rather than a coroutine sleeping per request: ``asyncio.sleep`` costs a
         future, a task step and one more loop pass for every request."""
-        if self._next >= len(self.index):
+        if not self._advance():
+            self._waiting = self._more  # add_part ticks when the next part comes
             return
         loop = asyncio.get_running_loop()
         left = self.epoch_perf_ns + int(self.t_ns[self._next]) - time.perf_counter_ns()
@@ -228,8 +268,10 @@ class Engine:
             loop.call_soon(self._tick)  # behind: yield so responses are read, then go on
 
     def _due(self) -> bool:
+        if not self._advance():
+            return False
         j = self._next
-        return j < len(self.index) and self.epoch_perf_ns + int(self.t_ns[j]) <= time.perf_counter_ns()
+        return self.epoch_perf_ns + int(self.t_ns[j]) <= time.perf_counter_ns()
 
     # -- closed loop ----------------------------------------------------------------------
     async def _run_closed(self) -> None:
@@ -271,7 +313,9 @@ class Engine:
         )
         return call, sent, idx, target
 
-    async def _complete(self, j: int, scheduled_ns: int, call: Any, sent: int, idx: int, target: int) -> None:
+    async def _complete(
+        self, scheduled_ns: int, items: int, req_bytes: int, call: Any, sent: int, idx: int, target: int
+    ) -> None:
         try:
             raw = await call
             md: Any = await call.trailing_metadata()
@@ -282,7 +326,19 @@ class Engine:
         self.in_flight -= 1
         self.sent += 1
         self.done += 1
-        self._record(j, sent, done, status, resp_bytes, parse_trailers(md), scheduled_ns, idx, target)
+        self._record(
+            -1,
+            sent,
+            done,
+            status,
+            resp_bytes,
+            parse_trailers(md),
+            scheduled_ns,
+            idx,
+            target,
+            items,
+            req_bytes,
+        )
         # Responses of one server batch arrive together: a request that fell due meanwhile goes
         # out now, not after the whole group has been handled (open loop only; the armed timer
         # stays the only one). One at most: up to four put sends ahead of the responses still
@@ -292,7 +348,8 @@ class Engine:
             self._tick(arm=False)
 
     async def _fire(self, j: int, scheduled_ns: int, index: int | None = None) -> None:
-        await self._complete(j, scheduled_ns, *self._start(j, index))
+        what = (scheduled_ns, int(self.items[j]), len(self.bodies[j]) if self.bodies else 0)
+        await self._complete(*what, *self._start(j, index))
 
     def _record(
         self,
@@ -305,7 +362,10 @@ class Engine:
         scheduled_ns: int | None = None,
         idx: int | None = None,
         target: int | None = None,
+        items: int | None = None,
+        req_bytes: int | None = None,
     ) -> None:
+        """Request ``j`` of the part being sent, or (``j`` = -1) the one described by the rest."""
         c = self.cols
         idx = int(self.index[j]) if idx is None else idx
         sched = int(self.t_ns[j]) if scheduled_ns is None else scheduled_ns
@@ -318,8 +378,10 @@ class Engine:
         c["sent_ns"].append(sent)
         c["done_ns"].append(done)
         c["status"].append(status)
-        c["items"].append(int(self.items[j]))
-        c["request_bytes"].append(len(self.bodies[j]) if self.bodies else 0)
+        c["items"].append(int(self.items[j]) if items is None else items)
+        if req_bytes is None:
+            req_bytes = len(self.bodies[j]) if self.bodies else 0
+        c["request_bytes"].append(req_bytes)
         c["response_bytes"].append(resp_bytes)
         for key in SERVER_COLUMNS:
             c[key].append(server.get(key))
@@ -350,10 +412,19 @@ class Engine:
             self._flush()
 
 
-def _exit_when_orphaned(inp: IO[bytes]) -> None:
-    """The worker holds our stdin: end of file means it is gone, and so is the run."""
-    while inp.read(65536):
-        pass
+def _read_parts(engine: Engine, loop: asyncio.AbstractEventLoop, inp: IO[bytes]) -> None:
+    """The rest of the shard, CHUNK frames on stdin: payloads built here, off the sending thread,
+    then handed to the loop. The worker holds our stdin: end of file means it is gone, and so is
+    the run."""
+    while (frame := frames.read_frame(inp)) is not None:
+        kind, data = frame
+        if kind == frames.CHUNK:
+            bodies = engine.build(
+                np.frombuffer(data["index"], dtype=np.int64),
+                np.frombuffer(data["size"], dtype=np.int64),
+                np.frombuffer(data["items"], dtype=np.int32),
+            )
+            loop.call_soon_threadsafe(engine.add_part, data, bodies)
     os._exit(0)
 
 
@@ -380,7 +451,6 @@ def main() -> int:
     go = frames.read_frame(inp)
     if go is None or go[0] != frames.GO:
         return 0
-    threading.Thread(target=_exit_when_orphaned, args=(inp,), daemon=True, name="ng-orphan-watch").start()
     _lower_timer_slack()
     # gRPC's poller thread needs the GIL for every completion; with the default 5 ms switch
     # interval it waits behind a busy loop and responses are seen late (measured: p99 service
@@ -388,6 +458,7 @@ def main() -> int:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     engine.selector = PreciseSelector()
     loop = asyncio.SelectorEventLoop(engine.selector)
+    threading.Thread(target=_read_parts, args=(engine, loop, inp), daemon=True, name="ng-parts").start()
     loop.run_until_complete(engine.run(int(go[1]["epoch_unix_ns"])))
     out.flush()
     # Skip interpreter shutdown: the orphan watcher still blocks reading stdin, and finalizing

@@ -1,7 +1,8 @@
 """Length-prefixed msgpack frames between a Locust worker and its sender engine (a pipe pair).
 
 A frame is a 4-byte big-endian length and a msgpack array ``[kind, data]``; the kinds are the
-message names of ``netgain.contract.messages`` (``PLAN``, ``READY``, ``GO``, ``RECORDS``, ``DONE``).
+message names of ``netgain.contract.messages`` (``PLAN``, ``READY``, ``GO``, ``CHUNK``,
+``RECORDS``, ``DONE``).
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from typing import IO, Any
 
 import msgpack
 
-from netgain.contract.messages import DONE, GO, PLAN, READY, RECORDS
+from netgain.contract.messages import CHUNK, DONE, GO, PLAN, READY, RECORDS
 
-__all__ = ["DONE", "GO", "PLAN", "READY", "RECORDS", "read_exact", "read_frame", "write_frame"]
+__all__ = ["CHUNK", "DONE", "GO", "PLAN", "READY", "RECORDS", "read_exact", "read_frame", "write_frame"]
 _HEADER = struct.Struct(">I")
 
 

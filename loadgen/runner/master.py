@@ -18,26 +18,25 @@ import gevent
 from prometheus_client import CollectorRegistry
 
 from netgain.contract import rundir as files
-from netgain.contract.messages import DONE, GO, HELLO, PLAN, READY, RECORDS
-from netgain.contract.records import empty_columns
+from netgain.contract.messages import CHUNK, DONE, GO, HELLO, PLAN, READY, RECORDS
 from netgain.loadgen.runner import endpoints, results
 from netgain.loadgen.runner.config import LoadConfig
 from netgain.loadgen.runner.live import ClientMetrics, LiveStats
 from netgain.loadgen.runner.meta import build_meta
-from netgain.loadgen.runner.plans import plans
-from netgain.loadgen.runner.probe import probe_target
+from netgain.loadgen.runner.plans import SEND_AHEAD_S, Dealer, first_plans, shard_arrays
+from netgain.loadgen.runner.probe import probe_oip_target, probe_target
 from netgain.loadgen.runner.results import EXIT_INVALID, EXIT_OK, EXIT_SLO
 from netgain.loadgen.runner.scrape import Samples
 from netgain.loadgen.runner.sink import RecordSink
 from netgain.loadgen.runner.wire import decode_records
 from netgain.loadgen.runner.worker_pool import WorkerPool
-from netgain.loadgen.schedule import Schedule
+from netgain.loadgen.stream import StreamedSchedule
 
 __all__ = ["EXIT_INVALID", "EXIT_OK", "EXIT_SLO", "LoadConfig", "Master", "build_meta"]
 
 
 class Master:
-    def __init__(self, cfg: LoadConfig, schedule: Schedule) -> None:
+    def __init__(self, cfg: LoadConfig, schedule: StreamedSchedule) -> None:
         self.cfg = cfg
         self.schedule = schedule
         self.run_id = uuid.uuid4().hex[:8]
@@ -59,7 +58,9 @@ class Master:
             max_send_lag_ms=cfg.max_send_lag_ms,
         )
         os.makedirs(cfg.out, exist_ok=True)
-        self.sink = RecordSink(os.path.join(cfg.out, files.REQUESTS), len(schedule))
+        # Which requests have rows is the dealer's to know, over the window it deals.
+        self.sink = RecordSink(os.path.join(cfg.out, files.REQUESTS), None)
+        self.dealer = Dealer(schedule, self.workers.total)
         self.samples = Samples(os.path.join(cfg.out, files.SAMPLES))
 
     def log(self, message: str) -> None:
@@ -74,6 +75,8 @@ class Master:
         in_flight = data.get("_in_flight")
         batch = decode_records(data["ipc"])
         self.sink.add_batch(batch)
+        if self.cfg.mode == "open":
+            self.dealer.mark(batch.column("index").to_numpy(zero_copy_only=False))
         self.live.add(batch)
         self.workers.seen(worker)
         if in_flight is not None:
@@ -92,7 +95,11 @@ class Master:
         cfg = self.cfg
         probed = cfg.targets if cfg.probe == "all" else cfg.targets[:1]
         infos = [
-            probe_target(t, cfg.wait_ready_s, cfg.tls_ca, say=self.log, refused_grace_s=cfg.refused_grace_s)
+            probe_oip_target(t, cfg.oip_model or "", cfg.model or "", cfg.wait_ready_s, cfg.tls_ca, self.log)
+            if cfg.protocol == "oip"
+            else probe_target(
+                t, cfg.wait_ready_s, cfg.tls_ca, say=self.log, refused_grace_s=cfg.refused_grace_s
+            )
             for t in probed
         ]
         model = cfg.model or infos[0].handler or infos[0].model
@@ -140,8 +147,20 @@ class Master:
     def _deal(self, runner: Any, model: str, info: Any) -> None:
         """Send each worker its plan, wait until all are ready, then GO with a common epoch."""
         cfg, workers = self.cfg, self.workers
-        for cid, plan in plans(
-            cfg, self.schedule, workers.index_of, workers.total, run_id=self.run_id, model=model, info=info
+        first = self.dealer.take(int(SEND_AHEAD_S * 1e9), at_least_one=True)
+        if cfg.mode == "closed":  # payloads only: requests are sent as answers come back
+            self.dealer = Dealer(self.schedule, workers.total)
+        more = cfg.mode == "open" and self.dealer.more
+        for cid, plan in first_plans(
+            cfg,
+            first,
+            more,
+            self.schedule.warmup_ns,
+            workers.index_of,
+            workers.total,
+            run_id=self.run_id,
+            model=model,
+            info=info,
         ):
             runner.send_message(PLAN, plan.to_msg(), client_id=cid)
         workers.await_ready()
@@ -153,6 +172,20 @@ class Master:
             f"run {self.run_id}: {len(self.schedule)} requests scheduled over "
             f"{cfg.warmup_s + cfg.duration_s:.0f} s ({mode}), {workers.total} worker(s)"
         )
+
+    def _deal_more(self, runner: Any) -> None:
+        """Deal the chunks due within SEND_AHEAD_S to the workers not lost; drop the dealt chunks
+        whose rows are all in (writing rows for a lost worker's requests)."""
+        chunks = self.dealer.take(int((self._now_s() + SEND_AHEAD_S) * 1e9))
+        if chunks:
+            more = self.dealer.more
+            for cid, i in self.workers.index_of.items():
+                if i not in self.workers.lost:
+                    runner.send_message(
+                        CHUNK, {**shard_arrays(chunks, i, self.workers.total), "more": more}, client_id=cid
+                    )
+        for fill in self.dealer.retire(self.workers.lost, run_id=self.run_id, targets=self.cfg.targets):
+            self.sink.add_rows(fill)
 
     def _watch(self, runner: Any, infos: list[Any]) -> None:
         """Until every worker is done or lost: check for lost ones, and once a second scrape the
@@ -171,6 +204,8 @@ class Master:
             gevent.sleep(0.25)
             now = time.monotonic()
             self.workers.check_lost(runner, self._now_s())
+            if cfg.mode == "open":
+                self._deal_more(runner)
             if now - last_tick >= 1.0:
                 t_s = self._now_s()
                 for url, source in urls:
@@ -187,23 +222,15 @@ class Master:
     # -- results ----------------------------------------------------------------------------
     def _finish(self, infos: list[Any], model: str) -> int:
         cfg, workers = self.cfg, self.workers
-        fill = (
-            results.fill_missing(
-                self.schedule,
-                self.sink.missing(),
-                workers=workers.total,
-                lost=workers.lost,
-                run_id=self.run_id,
-                targets=cfg.targets,
-            )
-            if cfg.mode == "open"
-            else empty_columns()
-        )
-        self.sink.close(fill)
+        if cfg.mode == "open":
+            for fill in self.dealer.retire(workers.lost, run_id=self.run_id, targets=cfg.targets, final=True):
+                self.sink.add_rows(fill)
+        self.sink.close()
         self.samples.close()
         results.write_locust_csv(self.env, cfg.out)
         scheduled = len(self.schedule) if cfg.mode == "open" else self.sink.written
-        counts = results.count(scheduled, self.live, fill, self.sink.written)
+        d = self.dealer
+        counts = results.count(scheduled, self.live, d.not_sent, d.worker_lost, self.sink.written)
         reasons = results.invalid_reasons(cfg, self.live, counts, workers.lost, workers.cpu())
         files.write_meta(cfg.out, build_meta(cfg, self, infos, model, counts, reasons))
         return results.verdict(cfg, self.live, counts, reasons)

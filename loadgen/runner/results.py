@@ -27,12 +27,14 @@ def fill_missing(
     targets: list[str],
 ) -> dict[str, list[Any]]:
     """A row for each scheduled request without one: WORKER_LOST when its worker was lost before
-    its send time, NOT_SENT otherwise. ``missing`` is the sink's indices of those requests."""
+    its send time, NOT_SENT otherwise. ``missing`` are those requests' positions in ``schedule``
+    (a chunk of the whole schedule)."""
     fill = empty_columns()
-    for idx in missing:
+    for pos in missing:
+        idx = int(schedule.index[pos])
         worker = int(idx % workers)
         lost_at = lost.get(worker)
-        t_ns = int(schedule.t_ns[idx])
+        t_ns = int(schedule.t_ns[pos])
         status = "WORKER_LOST" if lost_at is not None and t_ns <= lost_at * 1e9 else "NOT_SENT"
         row: dict[str, Any] = {c: None for c in RECORD_COLUMNS}
         row.update(
@@ -43,7 +45,7 @@ def fill_missing(
             warmup=t_ns < schedule.warmup_ns,
             scheduled_ns=t_ns,
             status=status,
-            items=int(schedule.items[idx]),
+            items=int(schedule.items[pos]),
             request_bytes=0,
             response_bytes=0,
         )
@@ -70,7 +72,7 @@ def write_locust_csv(env: Any, out: str) -> None:
             write(csv.writer(fh))
 
 
-def count(scheduled: int, live: LiveStats, fill: dict[str, list[Any]], rows: int) -> dict[str, int]:
+def count(scheduled: int, live: LiveStats, not_sent: int, worker_lost: int, rows: int) -> dict[str, int]:
     """meta.json's ``counts``: what was scheduled, sent, answered, and how it ended."""
     return {
         "scheduled": scheduled,
@@ -79,8 +81,8 @@ def count(scheduled: int, live: LiveStats, fill: dict[str, list[Any]], rows: int
         "ok": live.ok,
         "errors": live.errors,
         "dropped": live.dropped,
-        "not_sent": sum(1 for s in fill["status"] if s == "NOT_SENT"),
-        "worker_lost": sum(1 for s in fill["status"] if s == "WORKER_LOST"),
+        "not_sent": not_sent,
+        "worker_lost": worker_lost,
         "rows": rows,
     }
 

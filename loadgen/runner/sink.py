@@ -16,21 +16,29 @@ class RecordSink:
     writes a row group every ``flush_rows`` rows.
 
     Memory stays bounded by ``flush_rows`` rows (in Arrow buffers, not Python objects, which
-    fragment the heap) plus one flag byte per scheduled request (to know which requests have a row).
+    fragment the heap), plus, when ``scheduled`` is given, one flag byte per scheduled request (to
+    know which requests have a row; the master passes None and its Dealer knows, over a window).
     """
 
-    def __init__(self, path: str, scheduled: int, flush_rows: int = 50_000) -> None:
+    def __init__(self, path: str, scheduled: int | None, flush_rows: int = 50_000) -> None:
         self.path = path
         self.flush_rows = flush_rows
         self._writer = pq.ParquetWriter(path, SCHEMA, compression="zstd")
         self._batches: list[pa.RecordBatch] = []
         self._rows = 0
-        self.seen = np.zeros(scheduled, dtype=bool)
+        # None: the caller tracks which requests have rows (the master's Dealer, over a window)
+        self.seen = np.zeros(scheduled or 0, dtype=bool)
+        self._track = scheduled is not None
         self.extra_rows = 0  # closed-loop requests beyond the schedule
         self.duplicates = 0
         self.written = 0
 
     def add_batch(self, batch: pa.RecordBatch) -> None:
+        if not self._track:
+            self._append(batch)
+            if self._rows >= self.flush_rows:
+                self.flush()
+            return
         idx = batch.column("index").to_numpy(zero_copy_only=False)
         inside = (idx >= 0) & (idx < self.seen.shape[0])
         self.extra_rows += int((~inside).sum())
@@ -61,6 +69,10 @@ class RecordSink:
 
     def missing(self) -> np.ndarray:
         return np.flatnonzero(~self.seen)
+
+    def add_rows(self, cols: dict[str, list[Any]]) -> None:
+        """Rows made by the master (requests that never reported)."""
+        self.add_batch(records_batch(cols))
 
     def close(self, fill: dict[str, list[Any]] | None = None) -> None:
         """Write the rows for requests that never reported (``fill``), then close the file."""

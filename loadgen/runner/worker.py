@@ -16,7 +16,7 @@ from typing import Any
 import gevent
 from gevent import subprocess
 
-from netgain.contract.messages import DONE, GO, HELLO, PLAN, READY, RECORDS
+from netgain.contract.messages import CHUNK, DONE, GO, HELLO, PLAN, READY, RECORDS
 from netgain.loadgen.runner import frames
 from netgain.loadgen.runner.wire import encode_records
 
@@ -61,6 +61,10 @@ class EngineLink:
     def go(self, epoch_unix_ns: int) -> None:
         self.started = True
         frames.write_frame(self.stdin, frames.GO, {"epoch_unix_ns": epoch_unix_ns})
+
+    def chunk(self, data: dict[str, Any]) -> None:
+        """The next part of the shard (open loop), straight on to the engine."""
+        frames.write_frame(self.stdin, frames.CHUNK, data)
 
     def _relay(self) -> None:
         while True:
@@ -126,7 +130,13 @@ def run_worker(master_host: str, master_port: int) -> int:
         if link is not None:
             link.go(int(msg.data["epoch_unix_ns"]))
 
+    def on_chunk(environment: Any, msg: Any, **_: Any) -> None:
+        link = state.get("link")
+        if link is not None:
+            link.chunk(msg.data)
+
     runner.register_message(PLAN, on_plan)
+    runner.register_message(CHUNK, on_chunk)
     runner.register_message(GO, on_go)
     # Connecting can yield to Locust's receiving greenlet, so a plan sent as soon as we connect
     # could arrive before the handlers exist ("Unknown message type") and be lost: the master

@@ -162,6 +162,27 @@ def synthesize(
         if values.shape[0] > 1
         else np.full(n, int(values[0]), dtype=np.int32)
     )
+    source = source_of(
+        arrival, rate, duration_s, seed, cv, on_s, off_s, period_s, amplitude, size_bytes, size_sigma, items
+    )
+    return Trace(t, size, item_arr, source=source)
+
+
+def source_of(
+    arrival: str,
+    rate: float,
+    duration_s: float,
+    seed: int,
+    cv: float,
+    on_s: float,
+    off_s: float,
+    period_s: float,
+    amplitude: float,
+    size_bytes: int,
+    size_sigma: float,
+    items: int | str,
+) -> str:
+    """The ``source`` line of a synthetic trace: the model and the arguments that made it."""
     extra = {
         "gamma": f" cv={cv:g}",
         "onoff": f" on_s={on_s:g} off_s={off_s:g}",
@@ -172,10 +193,9 @@ def synthesize(
         if size_bytes
         else ""
     )
-    source = f"synthetic:{arrival} rate={rate:g} duration_s={duration_s:g} seed={seed}{extra}{sizes}" + (
+    return f"synthetic:{arrival} rate={rate:g} duration_s={duration_s:g} seed={seed}{extra}{sizes}" + (
         f" items={items}" if str(items) != "1" else ""
     )
-    return Trace(t, size, item_arr, source=source)
 
 
 def _loop(t: np.ndarray, size: np.ndarray, items: np.ndarray, copies: int) -> tuple[np.ndarray, ...]:

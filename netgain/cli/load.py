@@ -64,6 +64,20 @@ def add_parser(sub: Any) -> None:
     flag(p, "--model", default=None, help="payload family (default: the model the target serves)")
     flag(
         p,
+        "--protocol",
+        default="netgain",
+        choices=["netgain", "oip"],
+        help="netgain: netgain.v1 (netgain serve); oip: the Open Inference Protocol, KServe v2 gRPC "
+        "(Triton, KServe, MLServer, netgain serve): the input tensor comes from ModelMetadata",
+    )
+    flag(
+        p,
+        "--oip-model",
+        default=None,
+        help="with --protocol oip: the model name requests carry (default: --model)",
+    )
+    flag(
+        p,
         "--payload-variants",
         type=int,
         default=8,
@@ -123,8 +137,8 @@ def add_parser(sub: Any) -> None:
 def _schedule(args: argparse.Namespace) -> tuple[Any, float, str]:
     """The schedule, the measured seconds, and what was done to a --trace ("" when nothing was:
     a recorded trace replays whole and exactly unless --rate or --duration asks otherwise)."""
-    from netgain.loadgen.schedule import from_trace
-    from netgain.loadgen.traces import read_trace, rescale, synthesize
+    from netgain.loadgen import stream
+    from netgain.loadgen.traces import read_trace, rescale
 
     duration = args.duration
     note = ""
@@ -133,23 +147,25 @@ def _schedule(args: argparse.Namespace) -> tuple[Any, float, str]:
         if len(trace) == 0:
             raise CliError(f"--trace {args.trace}: no requests in it")
         trace, duration, note = _fit_trace(trace, args, rescale)
-    else:
-        duration = 30.0 if duration is None else duration
-        trace = synthesize(
-            args.arrival,
-            args.rate or 50.0,
-            args.warmup_s + duration,
-            args.seed,
-            cv=args.cv,
-            on_s=args.on_s,
-            off_s=args.off_s,
-            period_s=args.period_s,
-            amplitude=args.amplitude,
-            size_bytes=args.size_bytes,
-            size_sigma=args.size_sigma,
-            items=int(args.items) if args.items.isdigit() else args.items,
-        )
-    return from_trace(trace, args.warmup_s), duration, note
+        return stream.from_trace(trace, args.warmup_s), duration, note
+    duration = 30.0 if duration is None else duration
+    # Streamed: made a chunk at a time as the run advances (the same requests as synthesize).
+    schedule = stream.synthesize(
+        args.arrival,
+        args.rate or 50.0,
+        args.warmup_s + duration,
+        args.seed,
+        cv=args.cv,
+        on_s=args.on_s,
+        off_s=args.off_s,
+        period_s=args.period_s,
+        amplitude=args.amplitude,
+        size_bytes=args.size_bytes,
+        size_sigma=args.size_sigma,
+        items=int(args.items) if args.items.isdigit() else args.items,
+        warmup_s=args.warmup_s,
+    )
+    return schedule, duration, note
 
 
 def _fit_trace(trace: Any, args: argparse.Namespace, rescale: Any) -> tuple[Any, float, str]:
@@ -222,6 +238,18 @@ def _check(args: argparse.Namespace) -> None:
         raise CliError("--mode closed needs --concurrency N (N >= 1)")
     if args.rate is not None and args.rate <= 0:
         raise CliError("--rate must be > 0")
+    if args.protocol == "oip":
+        from netgain.contract.payloads import BUILTIN
+
+        if not (args.oip_model or args.model):
+            raise CliError("--protocol oip needs --oip-model NAME (the served model), --model (payloads)")
+        if not args.model and args.oip_model not in BUILTIN:
+            raise CliError(
+                f"--protocol oip: which payloads suit model {args.oip_model!r}? say --model "
+                f"{'|'.join(sorted(BUILTIN))} or module:Class"
+            )
+    elif args.oip_model:
+        raise CliError("--oip-model needs --protocol oip")
     if args.payload_variants < 1:
         raise CliError(f"--payload-variants must be >= 1, got {args.payload_variants}")
     if args.wait_ready_s is not None and args.wait_ready_s < 0:
@@ -290,7 +318,7 @@ def run(args: argparse.Namespace) -> int:
         max_in_flight=args.max_in_flight,
         connections=args.connections,
         seed=args.seed,
-        model=args.model,
+        model=args.model or (args.oip_model if args.protocol == "oip" else None),
         metrics_port=args.metrics_port,
         web_ui=args.web_ui,
         web_port=args.web_port,
@@ -302,6 +330,8 @@ def run(args: argparse.Namespace) -> int:
         refused_grace_s=2.0 if args.wait_ready_s is None else None,
         payload_variants=args.payload_variants,
         tls_ca=args.tls_ca,
+        protocol=args.protocol,
+        oip_model=(args.oip_model or args.model) if args.protocol == "oip" else None,
         probe=args.probe,
         quiet=args.quiet,
         command=["netgain", *sys.argv[1:]],

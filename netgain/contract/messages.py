@@ -13,6 +13,7 @@ import numpy as np
 HELLO = "netgain_hello"  # worker → master: its handlers are registered, a plan will not be lost
 PLAN = "netgain_plan"  # master → worker → engine: the worker's shard and settings
 READY = "netgain_ready"  # engine → worker → master: payloads built, waiting for the epoch
+CHUNK = "netgain_chunk"  # master → worker → engine: the next part of its shard (open loop; ``more``)
 GO = "netgain_go"  # master → workers → engines: the common epoch (unix ns)
 RECORDS = "netgain_records"  # engine → worker → master: a batch of finished request records
 DONE = "netgain_done"  # engine → worker → master: every request of the shard has its record
@@ -42,6 +43,7 @@ class Plan:
     duration_ns: int = 0
     tls_ca: str | None = None
     connections: int = 1  # per target
+    more: bool = False  # open loop: further parts of the shard follow as CHUNK messages
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_msg(self) -> dict[str, Any]:
