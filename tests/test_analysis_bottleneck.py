@@ -125,3 +125,91 @@ def test_queue_at_half_capacity_is_pressure(tmp_path: Path) -> None:
         and r["bottleneck"]["kind"] == "gpu-bound"
     )
     assert r["gpu"]["utilization_mean"] == pytest.approx(0.9)
+
+
+def _run(tmp_path: Path, name: str, samples: dict, **kw: object) -> dict:
+    run = make_run(
+        tmp_path / name, rate=100.0, duration_s=10.0, warmup_s=2.0, device="cuda", samples=samples, **kw
+    )
+    return build_report(run, bootstrap=0)
+
+
+SATURATED_GPU = {
+    "netgain_gpu_utilization_ratio": 0.95,
+    "netgain_kernel_busy_ratio": 0.91,
+    "netgain_queue_depth_requests": growing,
+    "netgain_client_worker_cpu_ratio": 0.3,
+}
+
+
+def test_drops_caused_by_a_saturated_target_name_the_servers_bottleneck(tmp_path: Path) -> None:
+    """The generator kept its schedule, the server's backlog filled the in-flight cap: the run is
+    INVALID, and the kind is the server's (gpu-bound), not loadgen-bound."""
+    r = _run(tmp_path, "drops", SATURATED_GPU, statuses={900: "DROPPED", 901: "DROPPED"})
+    b = r["bottleneck"]
+    assert r["valid"] is False and b["kind"] == "gpu-bound" and b["drops_caused_by"] == "target"
+    assert [k["kind"] for k in b["kinds"]] == ["gpu-bound"]
+    assert any("caused by the saturated target" in e for e in b["kinds"][0]["evidence"])
+    assert "batch more" in b["action"] and "capacity at the SLO" in b["action"]
+
+
+def test_generator_behind_and_server_saturated_says_both(tmp_path: Path) -> None:
+    r = _run(tmp_path, "both", {**SATURATED_GPU, "netgain_client_worker_cpu_ratio": 0.97})
+    b = r["bottleneck"]
+    assert [k["kind"] for k in b["kinds"]] == ["loadgen-bound", "gpu-bound"]
+    gen, srv = b["kinds"]
+    assert any("load worker CPU max 0.97" in e for e in gen["evidence"])
+    assert any("kernel busy 0.91" in e for e in srv["evidence"])
+    assert "netgain load --workers" in gen["action"] and "batch more" in srv["action"]
+
+
+def test_drops_with_a_generator_behind_are_the_generators(tmp_path: Path) -> None:
+    r = _run(
+        tmp_path,
+        "gen",
+        {"netgain_client_worker_cpu_ratio": 0.3, "netgain_queue_depth_requests": 0.0},
+        statuses={900: "DROPPED"},
+        late=(0.2, 40.0),
+    )
+    b = r["bottleneck"]
+    assert b["kind"] == "loadgen-bound" and b["drops_caused_by"] == "generator"
+    assert any("could not keep up" in e for e in b["evidence"])
+
+
+def test_growing_queue_is_never_unsaturated(tmp_path: Path) -> None:
+    """The queue rises while no gauge crosses a threshold: saturated upstream of an idle device."""
+    r = _run(
+        tmp_path,
+        "q",
+        {
+            "netgain_gpu_utilization_ratio": 0.2,
+            "netgain_kernel_busy_ratio": 0.1,
+            "netgain_thread_cpu_ratio": {"role=prepost": 0.4, "role=frontend": 0.2},
+            "netgain_queue_depth_requests": growing,
+        },
+    )
+    assert r["bottleneck"]["kind"] == "upstream-bound"
+    assert any("never" in e or "backlog grows" in e for e in r["bottleneck"]["evidence"])
+
+
+def test_interpreter_is_judged_per_process_from_the_span_log_pids(tmp_path: Path) -> None:
+    """prepost + frontend sum to 1.6 cores over 4 frontends (span log pids, 25 % each): 0.4 core per
+    interpreter, not saturated; the same sum in one process is."""
+    import json
+
+    samples = {
+        "netgain_gpu_utilization_ratio": 0.2,
+        "netgain_kernel_busy_ratio": 0.2,
+        "netgain_thread_cpu_ratio": {"role=prepost": 1.2, "role=frontend": 0.4},
+        "netgain_queue_depth_requests": growing,
+    }
+    run = make_run(tmp_path / "mp", rate=100.0, duration_s=10.0, warmup_s=2.0, device="cuda", samples=samples)
+    for pids, per_process in (((11, 12, 13, 14), 0.4), ((11,), 1.6)):
+        log = tmp_path / f"spans{len(pids)}.jsonl"
+        lines = (json.dumps({"id": f"r{i:08d}", "pid": pids[i % len(pids)]}) for i in range(1000))
+        log.write_text("".join(f"{x}\n" for x in lines))
+        r = build_report(run, bootstrap=0, span_log=log)
+        interp = r["cpu"]["interpreter"]
+        assert interp["processes"] == len(pids) and interp["approximate"] is False
+        assert interp["per_process"] == pytest.approx(per_process)
+    assert r["bottleneck"]["resource"] == "interpreter"

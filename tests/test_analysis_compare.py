@@ -74,16 +74,18 @@ def test_cheaper_per_hour_and_faster_gpu_is_net_gain(runs: dict[str, Path]) -> N
     )
     v = r["verdict"]
     assert v["net_gain"] is True, v["reasons"]
-    # same throughput (400/s over 7 s both sides) so the cost ratio is the price ratio exactly
-    assert r["ratios"]["throughput"]["value"] == pytest.approx(1.0)
-    assert r["ratios"]["cost_per_1k"]["value"] == pytest.approx(0.9)
-    assert r["ratios"]["cost_per_1k"]["ci"] == pytest.approx([0.9, 0.9])
+    # the same 400/s over 7 s on both sides: completions in the window differ by the requests
+    # still in flight at its edges, so the cost ratio is the price ratio within that
+    assert r["ratios"]["throughput"]["value"] == pytest.approx(1.0, abs=2 / 2800)
+    assert r["ratios"]["cost_per_1k"]["value"] == pytest.approx(0.9, rel=2 / 2800)
+    assert r["ratios"]["cost_per_1k"]["ci"] == pytest.approx([0.9, 0.9], rel=0.005)
+    assert v["outcome"] == "net_gain"
     assert r["ratios"]["p99"]["value"] == pytest.approx(
         r["treatment"]["latency_ms"]["p99"] / r["baseline"]["latency_ms"]["p99"]
     )
     lo, hi = r["ratios"]["p99"]["ci"]
     assert lo <= r["ratios"]["p99"]["value"] * 1.05 and hi >= r["ratios"]["p99"]["value"] * 0.95
-    assert v["cost_per_1k_treatment"] == pytest.approx(0.9 / 400 * 1000 / 3600)
+    assert v["cost_per_1k_treatment"] == pytest.approx(0.9 / 400 * 1000 / 3600, rel=2 / 2800)
     assert r["maintainability"] and "CUDA 12.4" in r["maintainability"][0]
     assert r["baseline"]["device"] == "cpu" and r["treatment"]["device"] == "cuda"
     assert r["latency_ms"] == r["treatment"]["latency_ms"]
@@ -94,7 +96,7 @@ def test_gpu_more_expensive_is_no_gain(runs: dict[str, Path]) -> None:
         runs["gpu"], baseline_dir=runs["cpu"], price_per_hour=3.0, baseline_price_per_hour=1.0, bootstrap=0
     )
     assert r["verdict"]["net_gain"] is False
-    assert r["ratios"]["cost_per_1k"]["value"] == pytest.approx(3.0)
+    assert r["ratios"]["cost_per_1k"]["value"] == pytest.approx(3.0, rel=2 / 2800)
     assert any(">= baseline" in x for x in r["verdict"]["reasons"])
 
 

@@ -77,6 +77,18 @@ CPU_EXPECTED = {
     "by_role": {"compute": 4.0, "frontend": 0.3, "prepost": 1.4},
     # prepost: 1.4 cores over pre_threads 2 x instances 1; frontend is one thread
     "per_thread": {"prepost": 0.7, "frontend": 0.3},
+    # interpreter-bound roles summed: prepost 1.4 + frontend 0.3; the span log has no pid, so the
+    # sum stands for one process (approximate)
+    "interpreter": {
+        "roles": ["frontend", "prepost"],
+        "sum": 1.7,
+        "processes": None,
+        "busiest_share": None,
+        "per_process": 1.7,
+        "approximate": True,
+        "method": "sum over the server's processes (the span log's pid was not available: "
+        "a --workers server is judged approximately)",
+    },
     "worker_max": 0.35,
 }
 # least-squares slope of 3 + 2t is 2/s; over the 5 s window the fit rises 10 >= QUEUE_RISE 8
@@ -85,6 +97,7 @@ QUEUE_EXPECTED = {
     "max": 15.0,
     "slope_per_s": 2.0,
     "rise": 10.0,
+    "in_flight": {"mean": None, "max": None, "slope_per_s": None, "rise": None},
     "max_queue_size": 256,
     "pressure": True,
 }
@@ -148,7 +161,7 @@ def _expected(full: dict[str, Any]) -> dict[str, Any]:
     b.update(
         gpu={"present": False, "name": None},
         cpu={"by_role": {}, "per_thread": {}},
-        queue={"max_queue_size": 256, "pressure": False},
+        queue={"max_queue_size": 256, "pressure": False, "in_flight": {}},
     )
     # spans: 1200 rows - 2 skipped + 2 ghosts + 1 duplicate; rows 100, 300, 700 (errors, no
     # trailer) are filled from the span log; rows 5 and 400 were sent but have no span
@@ -196,6 +209,9 @@ def _expected(full: dict[str, Any]) -> dict[str, Any]:
         "allowed_p99_ms": SLO,
         "cost_per_1k_baseline": cpk_b,
         "cost_per_1k_treatment": cpk_t,
+        "cost_ratio": 6.0,
+        # both capacities come from sweeps
+        "capacity_rps": {"baseline": 200.0, "treatment": 150.0},
     }
     top["baseline"], top["treatment"] = b, t
     return top
@@ -210,6 +226,7 @@ def test_every_number_has_a_known_answer(full: dict[str, Any]) -> None:
         ".ratios.p99.ci",
         ".ratios.throughput.ci",
         ".ratios.cost_per_1k.ci",
+        ".verdict.cost_ratio_ci",
     )
     skip = (
         *ci_paths,
@@ -226,6 +243,9 @@ def test_every_number_has_a_known_answer(full: dict[str, Any]) -> None:
         bracket(side["throughput_ci_rps"], side["throughput_rps"])
     for name in ("p99", "throughput", "cost_per_1k"):
         bracket(r["ratios"][name]["ci"], r["ratios"][name]["value"])
+    # capacities from sweeps: the steady ratio's relative interval around the priced ratio
+    steady = r["ratios"]["cost_per_1k"]
+    assert r["verdict"]["cost_ratio_ci"] == pytest.approx([6.0 * c / steady["value"] for c in steady["ci"]])
     # both capacities come from sweeps (given, no draws): no interval for the autoscaled ratio
     assert r["ratios"]["p50"]["ci"] is None and r["ratios"]["cost_per_1k_autoscaled"]["ci"] is None
 
@@ -241,24 +261,42 @@ def test_every_string_and_flag_too(full: dict[str, Any]) -> None:
         full["base"]
     )
     assert r["bottleneck"] == r["treatment"]["bottleneck"]
+    # the queue rises 10 over the window while the GPU idles (0.35) and the interpreter-bound
+    # roles use 1.7 cores: upstream-bound by the interpreter, never "unsaturated"
+    srv_ev = [
+        "queue depth mean 10.00, rise over window 10.00; in flight mean n/a, rise n/a "
+        "(backlog: yes, rise >= 8)",
+        "device cuda: GPU utilization mean 0.30, SM active 0.15, kernel busy 0.30 (busy >= 0.85, idle < 0.5)",
+        "CPU per thread: prepost 0.70, frontend 0.30 core (saturated >= 0.9); process 3.75 of 16.00 cores",
+        "interpreter: frontend+prepost 1.70 core per process (saturated >= 0.8: threads that need the "
+        "GIL saturate together near one core); sum over the server's processes (the span log's pid "
+        "was not available: a --workers server is judged approximately)",
+        "saturated while the device idles: interpreter",
+    ]
+    action = (
+        "more processes (netgain serve --workers N: one interpreter each), or take the work out of "
+        "Python (GPU pre-processing, a faster decoder)"
+    )
     assert r["bottleneck"] == {
-        "kind": "unsaturated",
+        "kind": "upstream-bound",
+        "resource": "interpreter",
+        "action": action,
         "evidence": [
             "send lag p99 0.05 ms vs limit 5 ms",
             "dropped requests 0",
             "load worker CPU max 0.35 core (saturated at 0.9)",
-            "queue depth mean 10.00, rise over window 10.00 (pressure: yes, rise >= 8)",
-            "device cuda: GPU utilization mean 0.30, SM active 0.15, kernel busy 0.30 "
-            "(busy >= 0.85, idle < 0.5)",
-            "CPU per thread: prepost 0.70, frontend 0.30 core (saturated >= 0.9); "
-            "process 3.75 of 16.00 cores",
-            "model compute (device + intra-op threads) 4.00 of 16.00 cores (saturated >= 0.8)",
+            *srv_ev,
         ],
+        "kinds": [
+            {"kind": "upstream-bound", "resource": "interpreter", "action": action, "evidence": srv_ev}
+        ],
+        "drops_caused_by": None,
+        "approximate": True,
     }
     assert r["baseline"]["bottleneck"]["kind"] == "unsaturated"
     assert r["baseline"]["bottleneck"]["evidence"][2:4] == [
         "load worker CPU max n/a core (saturated at 0.9)",
-        "queue depth mean n/a, rise over window n/a (pressure: no, rise >= 8)",
+        "queue depth mean n/a, rise over window n/a; in flight mean n/a, rise n/a (backlog: no, rise >= 8)",
     ]
 
 

@@ -77,7 +77,11 @@ def test_known_answers(inflated: Path) -> None:
     assert r["latency_ms"]["mean"] == pytest.approx(lat.mean())
     # 500/s over the 10 s measured window, 3 measured errors (row 10 is warm-up)
     assert r["counts"]["measured"] == 5000 and r["counts"]["ok"] == 4997 and r["counts"]["warmup"] == 1000
-    assert r["throughput_rps"] == pytest.approx(499.7)
+    # throughput: OK requests that finished inside [2 s, 12 s), whenever scheduled, per second
+    done_s = raw["done_ns"].astype(float) / 1e9
+    completed = (raw["status"] == "OK") & (done_s >= 2.0) & (done_s < 12.0)
+    assert r["counts"]["completed_in_window"] == int(completed.sum())
+    assert r["throughput_rps"] == pytest.approx(completed.sum() / 10.0)
     assert r["errors"] == {"INVALID_ARGUMENT": 2, "UNAVAILABLE": 1}
     assert r["statuses"]["OK"] == 4997
     assert r["error_rate"] == pytest.approx(3 / 5000)
@@ -103,8 +107,8 @@ def test_known_answers(inflated: Path) -> None:
     assert {v["dominant"] for v in r["tail"]["p99"]["by_batch_size"].values()} == {"kernel"}
     shares = r["tail"]["p99"]["phases"]
     assert sum(v["share"] for v in shares.values()) == pytest.approx(1.0, abs=1e-6)
-    # cost: $1.8/h at 499.7 ok/s
-    assert r["cost_per_1k"] == pytest.approx(1.8 / 499.7 * 1000 / 3600)
+    # cost: $1.8/h at the completions per second
+    assert r["cost_per_1k"] == pytest.approx(1.8 / r["throughput_rps"] * 1000 / 3600)
     assert r["cold_start_s"] == 4.0
     assert r["valid"] is True and r["cost"]["slo_held"] is True
 
@@ -113,7 +117,9 @@ def test_slo_missed_means_no_cost_at_slo(inflated: Path) -> None:
     r = build_report(inflated, price_per_hour=1.8, slo_p99_ms=1.0, bootstrap=0)
     assert r["cost_per_1k"] is None and r["cost"]["slo_held"] is False
     assert "misses the SLO" in r["cost"]["note"]
-    assert r["cost"]["cost_per_1k_measured"] == pytest.approx(1.8 / 499.7 * 1000 / 3600)
+    assert r["cost"]["cost_per_1k_measured"] == pytest.approx(1.8 / r["throughput_rps"] * 1000 / 3600)
+    # capacity figures come only from runs that held the SLO: no replay from this one
+    assert r["cost"]["autoscale"] is None and "missed the SLO" in r["cost"]["capacity_note"]
 
 
 def test_prices_and_slo_default_from_meta(tmp_path: Path) -> None:

@@ -1,21 +1,30 @@
 """Resource summaries from samples.parquet and the bottleneck kind, with the evidence that decided it.
 
-Rules, first match wins (thresholds are module constants, documented in docs/report.md):
-1. ``loadgen-bound``: send-lag p99 > max_send_lag_ms, any dropped request, or a worker's CPU
-   >= WORKER_CPU_SATURATED of a core. The run is not valid evidence, so this outranks the rest.
-2. ``gpu-bound``: GPU utilization or kernel busy >= DEVICE_BUSY and queue pressure.
-3. ``upstream-bound``: device mostly idle (GPU util and kernel busy < DEVICE_IDLE) while a
-   pre/post thread, the frontend, or the whole process is saturated, and queue pressure.
-4. ``cpu-bound``: a cpu run whose model compute (device + intra-op threads) uses
-   >= CORES_SATURATED of the cores
-   (or kernel busy >= DEVICE_BUSY with queue pressure).
+Server rules (thresholds are module constants, documented in docs/report.md), first match wins:
+1. ``gpu-bound``: GPU utilization or kernel busy >= DEVICE_BUSY and a backlog.
+2. ``upstream-bound``: device mostly idle (GPU util and kernel busy < DEVICE_IDLE) while the
+   interpreter (the interpreter-bound thread roles of one process summed: threads that need the
+   GIL saturate together near one core), a pre/post thread, the frontend, or the whole process is
+   saturated, and a backlog.
+3. ``cpu-bound``: a cpu run whose model compute (device + intra-op threads) uses
+   >= CORES_SATURATED of the cores (or kernel busy >= DEVICE_BUSY with a backlog).
+4. A backlog with none of the above is never ``unsaturated``: the kind is the stage the queue
+   waits for (the device when it is at least half busy, else upstream of it).
 5. ``unsaturated`` otherwise.
-Queue pressure: the queue-depth fit rises by >= QUEUE_RISE requests over the window, or the
-mean depth is >= half the server's max_queue_size.
+Backlog: the queue-depth (or in-flight) fit rises by >= QUEUE_RISE requests over the window, or
+the mean queue depth is >= half the server's max_queue_size.
+
+The load generator (``loadgen-bound``: send-lag p99 > max_send_lag_ms or a worker's CPU >=
+WORKER_CPU_SATURATED) is judged beside the server, not instead of it: when both apply both are
+reported. Dropped requests (the generator's in-flight cap) are blamed on the target when the
+generator kept its schedule and the server shows a backlog, else on the generator.
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +40,30 @@ CORES_SATURATED = 0.80
 PROCESS_SATURATED = 0.90
 WORKER_CPU_SATURATED = 0.90
 QUEUE_RISE = 8.0
+INTERPRETER_SATURATED = 0.80
+# Thread roles whose CPU time is Python bytecode (it needs the GIL): the event loop and gRPC's
+# Python handlers (frontend), pre/post-processing, the batcher, the samplers. The device thread
+# and torch's intra-op workers mostly run with the GIL released, gRPC's own threads in C.
+INTERPRETER_ROLES = ("frontend", "prepost", "batcher", "telemetry")
+
+ACTIONS = {
+    "gpu-bound": "batch more (--max-batch-size, --max-queue-delay-ms), then a bigger device or more replicas",
+    "cpu-bound": "more cores for the model (--intra-op-threads, a bigger instance) or move the model "
+    "to a GPU",
+    "interpreter": "more processes (netgain serve --workers N: one interpreter each), or take the work "
+    "out of Python (GPU pre-processing, a faster decoder)",
+    "prepost": "more pre/post threads (--pre-threads), GPU pre-processing or a faster decoder",
+    "frontend": "more frontend processes (netgain serve --workers N)",
+    "process": "a bigger instance (more cores), or lighter pre-processing (GPU pre-processing, a "
+    "faster decoder)",
+    "queue": "find the stage the queue waits for: netgain profile (py-spy shows the busy thread)",
+    "loadgen": "give the load generator more CPU (more netgain load --workers, another host than the server)",
+    "target-drops": "offer no more than the capacity at the SLO (find it with a --sweep of lower rates); "
+    "the server's kind says what to change",
+    "cap-drops": "raise netgain load --max-in-flight (the latency times the rate exceeds it)",
+    "unsaturated": "latency is fixed cost: nothing to scale; shorter --max-queue-delay-ms or a faster "
+    "device per request lowers it",
+}
 
 
 def _labels(s: str) -> dict[str, str]:
@@ -71,8 +104,98 @@ def _max_mean(ser: dict[str, Any], metric: str) -> float | None:
     return max(vals) if vals else None
 
 
+_PID = re.compile(rb"\"pid\":\s*(\d+)")
+
+
+def requests_by_pid(span_log: str | Path | None) -> dict[str, Any] | None:
+    """Requests per server process from the span log's ``pid`` field (a --workers server writes one
+    line per request from the frontend that answered it); None without a span log or pids."""
+    if span_log is None:
+        return None
+    counts: Counter[int] = Counter()
+    with open(span_log, "rb") as fh:
+        for line in fh:
+            m = _PID.search(line)
+            if m:
+                counts[int(m.group(1))] += 1
+    return {"requests_by_pid": dict(counts)} if counts else None
+
+
+def _role_cpu(ser: dict[str, Any]) -> tuple[dict[str, float], int]:
+    """CPU cores by thread role over the window (summed over the server's processes, averaged
+    over targets), from the ratio gauge or, where the server exports counters of CPU seconds
+    (``netgain_thread_cpu_seconds_total``), their rate."""
+    roles: dict[str, list[float]] = {}
+    sources: set[str] = set()
+    for key, _t, v in ser.get("netgain_thread_cpu_ratio", []):
+        if len(v):
+            roles.setdefault(_labels(key.split("|", 1)[1]).get("role", "unknown"), []).append(float(v.mean()))
+            sources.add(key.split("|", 1)[0])
+    if not roles:
+        for metric in ("netgain_thread_cpu_seconds_total", "netgain_thread_cpu_seconds"):
+            for key, t, v in ser.get(metric, []):
+                if len(v) >= 2 and t.max() > t.min():
+                    rate = (float(v[np.argmax(t)]) - float(v[np.argmin(t)])) / float(t.max() - t.min())
+                    roles.setdefault(_labels(key.split("|", 1)[1]).get("role", "unknown"), []).append(
+                        max(0.0, rate)
+                    )
+                    sources.add(key.split("|", 1)[0])
+            if roles:
+                break
+    n_src = max(1, len(sources))
+    return {r: float(np.sum(v)) / n_src for r, v in sorted(roles.items())}, n_src
+
+
+def _rise(series_list: list[tuple[str, np.ndarray, np.ndarray]], window_s: float) -> dict[str, Any]:
+    if not series_list:
+        return {"mean": None, "max": None, "slope_per_s": None, "rise": None}
+    t = np.concatenate([s[1] for s in series_list])
+    y = np.concatenate([s[2] for s in series_list])
+    sl = slope(t, y)
+    return {"mean": float(y.mean()), "max": float(y.max()), "slope_per_s": sl, "rise": sl * window_s}
+
+
+def interpreter(by_role: dict[str, float], processes: dict[str, Any] | None) -> dict[str, Any]:
+    """The interpreter's load: CPU of the interpreter-bound roles summed, per process.
+
+    The metrics endpoint sums a ``--workers`` server's processes. With the span log's ``pid``
+    counts, the busiest process's share is the sum times its share of the requests (the work
+    follows the requests); without them the sum stands for one process and the figure is
+    approximate for a server of several.
+    """
+    present = [r for r in INTERPRETER_ROLES if r in by_role]
+    total = float(sum(by_role[r] for r in present)) if present else None
+    out: dict[str, Any] = {
+        "roles": present,
+        "sum": total,
+        "processes": None,
+        "busiest_share": None,
+        "per_process": total,
+        "approximate": True,
+        "method": "sum over the server's processes (the span log's pid was not available: "
+        "a --workers server is judged approximately)",
+    }
+    counts = (processes or {}).get("requests_by_pid") or {}
+    if counts and total is not None:
+        n = sum(counts.values())
+        share = max(counts.values()) / n if n else 1.0
+        out.update(
+            processes=len(counts),
+            busiest_share=share,
+            per_process=total * share,
+            approximate=False,
+            method=(
+                "one process (span log pid)"
+                if len(counts) == 1
+                else f"{len(counts)} frontend processes (span log pid): the sum times the busiest "
+                f"one's share of the requests ({share:.0%})"
+            ),
+        )
+    return out
+
+
 def summarize_resources(
-    ser: dict[str, Any], meta: dict[str, Any], window_s: float
+    ser: dict[str, Any], meta: dict[str, Any], window_s: float, processes: dict[str, Any] | None = None
 ) -> tuple[dict, dict, dict]:
     """(gpu, cpu, queue) summaries of the measured window."""
     gpu: dict[str, Any] = {
@@ -89,14 +212,7 @@ def summarize_resources(
     tot = [float(v.max()) for _, _, v in ser.get("netgain_gpu_memory_total_bytes", []) if len(v)]
     gpu["memory_used_max_bytes"] = max(mem) if mem else None
     gpu["memory_total_bytes"] = max(tot) if tot else None
-    roles: dict[str, list[float]] = {}
-    for key, _, v in ser.get("netgain_thread_cpu_ratio", []):
-        role = _labels(key.split("|", 1)[1]).get("role", "unknown")
-        if len(v):
-            roles.setdefault(role, []).append(float(v.mean()))
-    # mean per server when several targets were sampled
-    n_src = max(1, len({key.split("|", 1)[0] for key, _, _ in ser.get("netgain_thread_cpu_ratio", [])}))
-    by_role = {r: float(np.sum(v)) / n_src for r, v in sorted(roles.items())}
+    by_role, _ = _role_cpu(ser)
     batching = (meta.get("server") or {}).get("batching") or {}
     instances = int(batching.get("instances") or 1)
     threads = {"prepost": max(1, int(batching.get("pre_threads") or 1)) * instances, "frontend": 1}
@@ -105,26 +221,18 @@ def summarize_resources(
         "process_mean": _mean(ser, "netgain_process_cpu_ratio"),
         "by_role": by_role,
         "per_thread": {r: by_role[r] / threads[r] for r in threads if r in by_role},
+        "interpreter": interpreter(by_role, processes),
         "worker_max": _max_mean(ser, "netgain_client_worker_cpu_ratio"),
     }
-    q = ser.get("netgain_queue_depth_requests", [])
-    if q:
-        t = np.concatenate([s[1] for s in q])
-        y = np.concatenate([s[2] for s in q])
-        sl = slope(t, y)
-        queue: dict[str, Any] = {
-            "mean": float(y.mean()),
-            "max": float(y.max()),
-            "slope_per_s": sl,
-            "rise": sl * window_s,
-        }
-    else:
-        queue = {"mean": None, "max": None, "slope_per_s": None, "rise": None}
+    queue: dict[str, Any] = _rise(ser.get("netgain_queue_depth_requests", []), window_s)
+    queue["in_flight"] = _rise(ser.get("netgain_in_flight_requests", []), window_s)
     cap = batching.get("max_queue_size")
     queue["max_queue_size"] = cap
+    in_flight_rise = queue["in_flight"]["rise"]
     queue["pressure"] = bool(
         (queue["rise"] is not None and queue["rise"] >= QUEUE_RISE)
         or (cap and queue["mean"] is not None and queue["mean"] >= cap / 2)
+        or (in_flight_rise is not None and in_flight_rise >= QUEUE_RISE)
     )
     return gpu, cpu, queue
 
@@ -133,53 +241,52 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
 
-def classify(
-    gpu: dict,
-    cpu: dict,
-    queue: dict,
-    *,
-    device: str,
-    send_lag_p99_ms: float | None,
-    max_send_lag_ms: float,
-    dropped: int,
-) -> dict[str, Any]:
+def _server(gpu: dict, cpu: dict, queue: dict, device: str) -> tuple[dict[str, Any], list[str]]:
+    """The server's kind (``{kind, resource, action}``) and the evidence lines it was decided on."""
     ev: list[str] = []
-    worker = cpu.get("worker_max")
-    lag_bad = send_lag_p99_ms is not None and send_lag_p99_ms > max_send_lag_ms
-    worker_bad = worker is not None and worker >= WORKER_CPU_SATURATED
-    ev.append(f"send lag p99 {_fmt(send_lag_p99_ms)} ms vs limit {max_send_lag_ms:g} ms")
-    ev.append(f"dropped requests {dropped}")
-    ev.append(f"load worker CPU max {_fmt(worker)} core (saturated at {WORKER_CPU_SATURATED})")
-    if lag_bad or dropped > 0 or worker_bad:
-        return {"kind": "loadgen-bound", "evidence": ev}
     util, busy = gpu.get("utilization_mean"), gpu.get("kernel_busy_mean")
     busiest = max([x for x in (util, busy) if x is not None], default=None)
     on_gpu = device.startswith("cuda") or bool(gpu.get("present"))
+    fl = queue.get("in_flight") or {}
     ev.append(
-        f"queue depth mean {_fmt(queue.get('mean'))}, rise over window {_fmt(queue.get('rise'))} "
-        f"(pressure: {'yes' if queue.get('pressure') else 'no'}, rise >= {QUEUE_RISE:g})"
+        f"queue depth mean {_fmt(queue.get('mean'))}, rise over window {_fmt(queue.get('rise'))}; "
+        f"in flight mean {_fmt(fl.get('mean'))}, rise {_fmt(fl.get('rise'))} "
+        f"(backlog: {'yes' if queue.get('pressure') else 'no'}, rise >= {QUEUE_RISE:g})"
     )
     ev.append(
         f"device {device}: GPU utilization mean {_fmt(util)}, SM active {_fmt(gpu.get('sm_active_mean'))}, "
         f"kernel busy {_fmt(busy)} (busy >= {DEVICE_BUSY}, idle < {DEVICE_IDLE})"
     )
     pressure = bool(queue.get("pressure"))
+
+    def kind(k: str, resource: str, action: str) -> tuple[dict[str, Any], list[str]]:
+        return {"kind": k, "resource": resource, "action": ACTIONS[action]}, ev
+
     if on_gpu and busiest is not None and busiest >= DEVICE_BUSY and pressure:
-        return {"kind": "gpu-bound", "evidence": ev}
+        return kind("gpu-bound", "gpu", "gpu-bound")
     per_thread = cpu.get("per_thread", {})
     cores, proc = cpu.get("cores"), cpu.get("process_mean")
+    interp = cpu.get("interpreter") or {}
     ev.append(
         f"CPU per thread: prepost {_fmt(per_thread.get('prepost'))}, frontend "
         f"{_fmt(per_thread.get('frontend'))} core (saturated >= {THREAD_SATURATED}); process "
         f"{_fmt(proc)} of {_fmt(cores)} cores"
     )
-    saturated = [r for r, v in per_thread.items() if v >= THREAD_SATURATED]
+    ev.append(
+        f"interpreter: {'+'.join(interp.get('roles') or []) or 'no interpreter-bound roles'} "
+        f"{_fmt(interp.get('per_process'))} core per process (saturated >= {INTERPRETER_SATURATED}: threads "
+        f"that need the GIL saturate together near one core); {interp.get('method', 'n/a')}"
+    )
+    saturated = []
+    if interp.get("per_process") is not None and interp["per_process"] >= INTERPRETER_SATURATED:
+        saturated.append("interpreter")
+    saturated += [r for r, v in per_thread.items() if v >= THREAD_SATURATED]
     if cores and proc is not None and proc >= PROCESS_SATURATED * cores:
         saturated.append("process")
     idle = busiest is not None and busiest < DEVICE_IDLE
     if idle and saturated and pressure:
         ev.append(f"saturated while the device idles: {', '.join(saturated)}")
-        return {"kind": "upstream-bound", "evidence": ev}
+        return kind("upstream-bound", saturated[0], saturated[0])
     # Model compute on a CPU run: the device worker thread calling forward plus torch's intra-op
     # (OpenMP) workers, which the server labels "device" and "compute".
     by_role = cpu.get("by_role", {})
@@ -193,8 +300,83 @@ def classify(
         (compute is not None and cores and compute >= CORES_SATURATED * cores)
         or (busy is not None and busy >= DEVICE_BUSY and pressure)
     ):
-        return {"kind": "cpu-bound", "evidence": ev}
-    return {"kind": "unsaturated", "evidence": ev}
+        return kind("cpu-bound", "model compute", "cpu-bound")
+    if pressure:
+        # A growing backlog is saturation even when no single gauge crossed its line.
+        device_share = busiest is not None and busiest >= DEVICE_IDLE
+        stage = "the device" if device_share else "a stage upstream of the device"
+        ev.append(
+            "the backlog grows over the window, so the server is saturated though no resource crossed "
+            f"its threshold: the queue waits for {stage}"
+        )
+        if device_share:
+            dev_kind = "gpu-bound" if on_gpu else "cpu-bound"
+            return kind(dev_kind, "device", dev_kind)
+        return kind("upstream-bound", (saturated or ["queue"])[0], (saturated or ["queue"])[0])
+    return kind("unsaturated", "none", "unsaturated")
+
+
+def classify(
+    gpu: dict,
+    cpu: dict,
+    queue: dict,
+    *,
+    device: str,
+    send_lag_p99_ms: float | None,
+    max_send_lag_ms: float,
+    dropped: int,
+) -> dict[str, Any]:
+    """The bottleneck: ``kind`` (the first of ``kinds``), its ``evidence`` and ``action``; every kind
+    that applies in ``kinds``, each with its own evidence lines and next action."""
+    gen_ev: list[str] = []
+    worker = cpu.get("worker_max")
+    lag_bad = send_lag_p99_ms is not None and send_lag_p99_ms > max_send_lag_ms
+    worker_bad = worker is not None and worker >= WORKER_CPU_SATURATED
+    gen_ev.append(f"send lag p99 {_fmt(send_lag_p99_ms)} ms vs limit {max_send_lag_ms:g} ms")
+    gen_ev.append(f"load worker CPU max {_fmt(worker)} core (saturated at {WORKER_CPU_SATURATED})")
+    server, srv_ev = _server(gpu, cpu, queue, device)
+    server_saturated = server["kind"] != "unsaturated"
+    behind = lag_bad or worker_bad
+    drops = None
+    if dropped > 0:
+        drops = "target" if server_saturated and not behind else "generator"
+        gen_ev.insert(
+            1,
+            f"dropped requests {dropped}: "
+            + (
+                "caused by the saturated target (the generator kept its schedule while the server's "
+                "backlog filled the in-flight cap)"
+                if drops == "target"
+                else "the generator could not keep up"
+                if behind
+                else "the in-flight cap was too low for this latency (the server shows no backlog)"
+            ),
+        )
+    else:
+        gen_ev.insert(1, "dropped requests 0")
+    kinds: list[dict[str, Any]] = []
+    if behind or drops == "generator":
+        action = ACTIONS["loadgen"] if behind else ACTIONS["cap-drops"]
+        kinds.append(
+            {"kind": "loadgen-bound", "resource": "load generator", "action": action, "evidence": gen_ev}
+        )
+    if server_saturated or not kinds:
+        srv = {**server, "evidence": srv_ev}
+        if drops == "target":
+            srv["evidence"] = [*srv_ev, *gen_ev]
+            srv["action"] = f"{server['action']}; {ACTIONS['target-drops']}"
+        kinds.append(srv)
+    first = kinds[0]
+    interp = cpu.get("interpreter") or {}
+    return {
+        "kind": first["kind"],
+        "resource": first["resource"],
+        "action": first["action"],
+        "evidence": [*gen_ev, *srv_ev],
+        "kinds": kinds,
+        "drops_caused_by": drops,
+        "approximate": bool(interp.get("approximate") and interp.get("sum") is not None),
+    }
 
 
 def timeseries(ser: dict[str, Any], metrics: tuple[str, ...], max_points: int = 400) -> dict[str, list]:

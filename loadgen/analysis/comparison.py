@@ -168,6 +168,24 @@ def _autoscaled_ratio_ci(base: RunResult, treat: RunResult) -> list[float] | Non
     return _ratio_ci(td, bd)
 
 
+def _priced_ratio_ci(ratios: dict[str, Any], value: float | None) -> tuple[list[float] | None, str]:
+    """95 % interval of the priced (autoscaled) cost ratio: from its own capacity draws when a side's
+    capacity is this run's throughput; else (capacities from sweeps, taken as exact) the steady
+    ratio's relative interval, the throughputs' noise, applied to the priced ratio."""
+    auto_ci = ratios["cost_per_1k_autoscaled"]["ci"]
+    if auto_ci:
+        return auto_ci, "from the capacity draws"
+    steady, sci = ratios["cost_per_1k"]["value"], ratios["cost_per_1k"]["ci"]
+    if value is None or not steady or not sci:
+        return None, ""
+    return [value * sci[0] / steady, value * sci[1] / steady], "(the steady ratio's relative interval)"
+
+
+def _capacity(r: dict[str, Any]) -> float | None:
+    """The replica capacity the side was priced at (a sweep, --capacity-rps, or its own run)."""
+    return ((r.get("cost") or {}).get("autoscale") or {}).get("capacity_rps")
+
+
 def compare(
     base: RunResult, treat: RunResult, *, slo_p99_ms: float | None, diffs: list[str]
 ) -> dict[str, Any]:
@@ -197,27 +215,40 @@ def compare(
         },
     }
     reasons: list[str] = []
+    inconclusive: list[str] = []  # why neither answer can be given
     ok = True
     for name, r in (("baseline", b), ("treatment", t)):
         if not r["valid"]:
-            ok = False
-            reasons.append(f"{name} run is INVALID ({'; '.join(r['invalid_reasons'])}): not evidence")
+            inconclusive.append(f"{name} run is INVALID ({'; '.join(r['invalid_reasons'])}): not evidence")
     cb, ct = effective_cost(b), effective_cost(t)
-    if cb is None or ct is None:
-        ok = False
-        reasons.append("cost per 1k unknown on a side: pass --price-per-hour and --baseline-price-per-hour")
-    elif ct < cb:
-        ci = ratios["cost_per_1k"]["ci"]
-        sure = f", 95% CI of the steady ratio [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else ""
-        reasons.append(
-            f"cost per 1k with cold start and idle: treatment {ct:.6f} < baseline {cb:.6f} "
-            f"(x{ct / cb:.3f}{sure})"
-        )
-        if ci and ci[1] >= 1.0:
-            reasons.append("the cost advantage is within the noise of the throughput measurements")
-    else:
-        ok = False
-        reasons.append(f"cost per 1k with cold start and idle: treatment {ct:.6f} >= baseline {cb:.6f}")
+    for name, r, c in (("baseline", b, cb), ("treatment", t, ct)):
+        if c is None:
+            note = (r.get("cost") or {}).get("capacity_note") or (r.get("cost") or {}).get("note")
+            inconclusive.append(
+                f"{name}'s cost at the SLO is unknown: {note or 'no capacity at the SLO'}"
+                if (r.get("cost") or {}).get("price_per_hour") is not None
+                else f"{name}'s cost per 1k is unknown: pass --price-per-hour and --baseline-price-per-hour"
+            )
+    cost_ratio = _div(ct, cb)
+    cost_ci, ci_source = _priced_ratio_ci(ratios, cost_ratio)
+    if cb is not None and ct is not None:
+        sure = f", 95% CI [{cost_ci[0]:.3f}, {cost_ci[1]:.3f}] {ci_source}" if cost_ci else ""
+        if ct < cb:
+            reasons.append(
+                f"cost per 1k at the SLO with cold start and idle: treatment {ct:.6f} < baseline {cb:.6f} "
+                f"(x{ct / cb:.3f}{sure})"
+            )
+        else:
+            ok = False
+            reasons.append(
+                f"cost per 1k at the SLO with cold start and idle: treatment {ct:.6f} >= baseline {cb:.6f} "
+                f"(x{ct / cb:.3f}{sure})"
+            )
+        if cost_ci and cost_ci[0] < 1.0 < cost_ci[1]:
+            inconclusive.append(
+                f"the cost ratio's 95% interval [{cost_ci[0]:.3f}, {cost_ci[1]:.3f}] straddles 1: "
+                "the difference is within the noise of the throughput measurements (run longer)"
+            )
     tp99, bp99 = t["latency_ms"]["p99"], b["latency_ms"]["p99"]
     b_hi = (b.get("latency_ci_ms") or {}).get("p99")
     allowed = (
@@ -226,8 +257,7 @@ def compare(
         else slo_p99_ms
     )
     if tp99 is None or allowed is None:
-        ok = False
-        reasons.append("p99 unknown on a side: no successful requests")
+        inconclusive.append("p99 unknown on a side: no successful requests")
     elif tp99 <= allowed:
         reasons.append(
             f"treatment p99 {tp99:.3f} ms <= allowed {allowed:.3f} ms "
@@ -247,6 +277,8 @@ def compare(
         )
     if diffs:
         reasons.append("FORCED comparison despite different traffic: " + "; ".join(diffs))
+    outcome = "inconclusive" if inconclusive else ("net_gain" if ok else "no_net_gain")
+    reasons = [f"INCONCLUSIVE: {x}" for x in inconclusive] + reasons
     tmeta = dict(treat.meta)
     tmeta["_cold_start_s"] = t.get("cold_start_s")
     return {
@@ -254,11 +286,15 @@ def compare(
         "treatment": t,
         "ratios": ratios,
         "verdict": {
-            "net_gain": ok,
+            "outcome": outcome,
+            "net_gain": outcome == "net_gain",
             "reasons": reasons,
             "allowed_p99_ms": allowed,
             "cost_per_1k_baseline": cb,
             "cost_per_1k_treatment": ct,
+            "cost_ratio": cost_ratio,
+            "cost_ratio_ci": cost_ci,
+            "capacity_rps": {"baseline": _capacity(b), "treatment": _capacity(t)},
         },
         "maintainability": maintainability(tmeta, base.meta),
         "traffic_differences": diffs,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+OUTCOME_WORDS = {"net_gain": "NET GAIN", "no_net_gain": "NO NET GAIN", "inconclusive": "INCONCLUSIVE"}
+
 
 def num(x: Any, digits: int = 3) -> str:
     if x is None:
@@ -26,8 +28,9 @@ def headline(r: dict[str, Any]) -> list[str]:
     lines = []
     if r.get("comparison"):
         v = r["verdict"]
+        outcome = v.get("outcome") or ("net_gain" if v["net_gain"] else "no_net_gain")
         lines.append(
-            f"VERDICT: {'NET GAIN' if v['net_gain'] else 'NO NET GAIN'} "
+            f"VERDICT: {OUTCOME_WORDS.get(outcome, outcome)} "
             f"(treatment {r['treatment']['device']} vs baseline {r['baseline']['device']})"
         )
         lines += [f"  - {x}" for x in v["reasons"]]
@@ -38,6 +41,18 @@ def headline(r: dict[str, Any]) -> list[str]:
         + (f" - {failed}" if failed else "")
     )
     return lines
+
+
+def bottleneck_words(b: dict[str, Any]) -> str:
+    """Every kind that applies with its next action: ``upstream-bound (interpreter): more processes ...``."""
+    kinds = b.get("kinds") or [b]
+    words = "; and ".join(
+        f"{k['kind']}"
+        + (f" ({k['resource']})" if k.get("resource") not in (None, "none", k["kind"]) else "")
+        + (f": next, {k['action']}" if k.get("action") else "")
+        for k in kinds
+    )
+    return words + (" [per-process rule approximate]" if b.get("approximate") else "")
 
 
 def run_lines(r: dict[str, Any], label: str = "") -> list[str]:
@@ -55,11 +70,12 @@ def run_lines(r: dict[str, Any], label: str = "") -> list[str]:
         f"  latency ms  p50 {num(lat['p50'])}  p90 {num(lat['p90'])}  p95 {num(lat['p95'])}  "
         f"p99 {num(lat['p99'])} "
         f"{ci((r.get('latency_ci_ms') or {}).get('p99'))}  p99.9 {num(lat['p999'])}  max {num(lat['max'])}",
-        f"  throughput {num(r['throughput_rps'], 2)} ok/s {ci(r.get('throughput_ci_rps'), 2)}, "
+        f"  throughput {num(r['throughput_rps'], 2)} ok/s completed {ci(r.get('throughput_ci_rps'), 2)} "
+        f"(offered {num(r.get('offered_rps'), 2)}/s), "
         f"error rate {num(r.get('error_rate'), 4)}, errors {r['errors'] or 'none'}",
         f"  send lag ms p99 {num(lag['p99'])} max {num(lag['max'])}",
         f"  tail (>= p99): dominant phase {dom or 'n/a'} (+{num(dom_x)} ms over the median request)",
-        f"  bottleneck: {r['bottleneck']['kind']}",
+        f"  bottleneck: {bottleneck_words(r['bottleneck'])}",
         f"  cost per 1k: {num(r.get('cost_per_1k'), 6)} (price/h {num(cost.get('price_per_hour'))}, "
         f"SLO p99 {num(cost.get('slo_p99_ms'))} ms held: {num(cost.get('slo_held'))})"
         + (
@@ -104,7 +120,7 @@ def run_markdown(r: dict[str, Any], title: str) -> list[str]:
         f"## {title}",
         "",
         f"Run `{r.get('run_dir')}` on **{r.get('device')}**, "
-        f"{'VALID' if r['valid'] else 'INVALID'}, bottleneck **{r['bottleneck']['kind']}**.",
+        f"{'VALID' if r['valid'] else 'INVALID'}, bottleneck **{bottleneck_words(r['bottleneck'])}**.",
         "",
     ]
     md += _table(
@@ -150,7 +166,10 @@ def run_markdown(r: dict[str, Any], title: str) -> list[str]:
                 ["batch size", "tail requests", "dominant"],
                 [[s, v["n"], str(v["dominant"])] for s, v in by.items()],
             )
-    md += ["### Bottleneck evidence", ""] + [f"- {e}" for e in r["bottleneck"]["evidence"]] + [""]
+    md += ["### Bottleneck evidence", ""]
+    for k in r["bottleneck"].get("kinds") or [r["bottleneck"]]:
+        md += [f"**{k['kind']}**" + (f" — next: {k['action']}" if k.get("action") else ""), ""]
+        md += [f"- {e}" for e in k["evidence"]] + [""]
     cost = r.get("cost") or {}
     auto = cost.get("autoscale") or {}
     md += [

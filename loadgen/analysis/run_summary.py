@@ -12,6 +12,7 @@ from netgain.contract.phases import PHASES
 from netgain.contract.rundir import SCHEMA_VERSION
 from netgain.loadgen.analysis import bottleneck as bn
 from netgain.loadgen.analysis import cost, stats
+from netgain.loadgen.analysis.coverage import attribution_gaps
 from netgain.loadgen.analysis.rundir import (
     AnalysisError,
     Requests,
@@ -135,19 +136,33 @@ def _latency(
     return latency, p99_draws, latency_ci, enough
 
 
-def _throughput(rows: _Rows, n_ok: int, bootstrap: int, rng: np.random.Generator) -> tuple[float, np.ndarray]:
-    """Successful requests per second over the window, and bootstrap draws of it (per-second bins)."""
-    req, ok, dur = rows.req, rows.ok, rows.dur
-    thr = n_ok / dur
+def _completed(rows: _Rows) -> np.ndarray:
+    """Successful requests that finished inside the measured window, whenever they were scheduled."""
+    req = rows.req
+    done_s = req.scheduled_s + req.latency_ms / 1e3
+    ok_any = req.status_mask("OK") & ~np.isnan(req.latency_ms)
+    return np.asarray(ok_any & (done_s >= rows.t0) & (done_s < rows.t1))
+
+
+def _throughput(rows: _Rows, bootstrap: int, rng: np.random.Generator) -> tuple[float, int, np.ndarray]:
+    """Completions per second inside the window (successful requests finished in it / its length),
+    their count, and bootstrap draws of the rate (per-second bins of completion times).
+
+    Completions, not scheduled requests: past saturation a server finishes fewer requests than
+    are offered, and the offered rate (``offered_rps``) would overstate what it delivers.
+    """
+    req, dur = rows.req, rows.dur
+    done = _completed(rows)
+    n_done = int(done.sum())
+    thr = n_done / dur
     n_bins = max(1, int(np.ceil(dur)))
-    bins = np.bincount(np.clip((req.scheduled_s[ok] - rows.t0).astype(np.int64), 0, None), minlength=n_bins)[
-        :n_bins
-    ]
+    done_s = req.scheduled_s[done] + req.latency_ms[done] / 1e3
+    bins = np.bincount(np.clip((done_s - rows.t0).astype(np.int64), 0, n_bins - 1), minlength=n_bins)[:n_bins]
     thr_draws = stats.bootstrap_rate(bins.astype(np.float64), 1.0, bootstrap, rng)
     # Centred on the exact throughput, which a partial last bin would otherwise skew.
     if len(thr_draws) and bins.mean() > 0:
         thr_draws = thr_draws * (thr / bins.mean())
-    return thr, thr_draws
+    return thr, n_done, thr_draws
 
 
 def _phases(
@@ -183,13 +198,14 @@ def _resources(
     send_lag: dict[str, Any],
     dropped: int,
     warnings: list[str],
+    span_log: str | Path | None = None,
 ) -> dict[str, Any]:
     """GPU, CPU and queue over the window from the scraped samples, and the bottleneck they point to."""
     samples = load_samples(run_dir)
     if samples is None:
         warnings.append("no samples.parquet: GPU/CPU utilization and the bottleneck kind are unknown")
     ser = bn.series(samples, rows.t0, rows.t1)
-    gpu, cpu, queue = bn.summarize_resources(ser, meta, rows.dur)
+    gpu, cpu, queue = bn.summarize_resources(ser, meta, rows.dur, bn.requests_by_pid(span_log))
     max_lag = float(_cfg(meta).get("max_send_lag_ms") or 5.0)
     device = str((meta.get("server") or {}).get("device") or "unknown")
     bott = bn.classify(
@@ -243,6 +259,7 @@ def _cost(
     slo_held: bool | None,
     p99: float | None,
     thr: float,
+    valid: bool,
     capacity_rps: float | None,
     min_replicas: int,
     scale_down_after_s: float,
@@ -259,8 +276,20 @@ def _cost(
         steady = None
     cold = cost.cold_start_s(meta)
     rate = cost.arrival_rate(rows.req.scheduled_s, 1.0, rows.t1)
-    cap = capacity_rps if capacity_rps else (thr if thr > 0 else None)
+    # Capacity comes only from a run that held the SLO: past it, completions measure an overloaded
+    # server, not what one replica carries at the objective.
+    own = thr > 0 and valid and slo_held is not False
+    cap = capacity_rps if capacity_rps else (thr if own else None)
     auto = None
+    capacity_note = None
+    if not cap:
+        capacity_note = (
+            "capacity at the SLO unknown: "
+            + ("this run is INVALID" if not valid else f"this run missed the SLO (p99 {p99} ms > {slo} ms)")
+            + "; pass --sweep (runs at lower rates) or --capacity-rps"
+            if thr > 0
+            else "capacity unknown: no request completed inside the window"
+        )
     if cap:
         auto = cost.autoscale(
             rate,
@@ -273,7 +302,11 @@ def _cost(
         auto["capacity_source"] = (
             "given (rate sweep or --capacity-rps)"
             if capacity_rps
-            else "this run's successful throughput (a lower bound on capacity)"
+            else (
+                "this run's completions in the window (a lower bound on capacity at the SLO)"
+                if slo_held
+                else "this run's completions in the window (no SLO given: a lower bound on capacity)"
+            )
         )
     return {
         "cold_start_s": cold,
@@ -284,6 +317,7 @@ def _cost(
             "slo_held": slo_held,
             "note": note,
             "cost_per_1k_measured": cost.cost_per_1k(price, thr),
+            "capacity_note": capacity_note,
             "autoscale": auto,
         },
     }
@@ -340,10 +374,10 @@ def analyze(
     latency, p99_draws, latency_ci, enough = _latency(lat_sorted, bootstrap, rng, warnings)
     send_lag = stats.summarize(np.sort(req.send_lag_ms[measured & ~np.isnan(req.send_lag_ms)]))
     service = stats.summarize(np.sort(req.service_ms[ok]))
-    thr, thr_draws = _throughput(rows, st["n_ok"], bootstrap, rng)
+    thr, n_done, thr_draws = _throughput(rows, bootstrap, rng)
     phases_ms, tail = _phases(rows, service, lat_sorted, latency)
-    res = _resources(run_dir, meta, rows, send_lag, st["dropped"], warnings)
     valid, reasons = _validity(meta, send_lag, st["dropped"])
+    res = _resources(run_dir, meta, rows, send_lag, st["dropped"], warnings, span_log)
     slo_held = _slo_held(slo, latency["p99"], cfg.get("max_error_rate"), st["error_rate"], warnings)
     costs = _cost(
         meta,
@@ -353,11 +387,14 @@ def analyze(
         slo_held=slo_held,
         p99=latency["p99"],
         thr=thr,
+        valid=valid,
         capacity_rps=capacity_rps,
         min_replicas=min_replicas,
         scale_down_after_s=scale_down_after_s,
     )
     drift = _drift(rows, warnings)
+    gaps = attribution_gaps(req.server_total_ms[ok], meta)  # a server without netgain's trailers
+    warnings.extend(gaps)
 
     report: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
@@ -397,10 +434,12 @@ def analyze(
             "rows": req.n,
             "measured": st["n_measured"],
             "ok": st["n_ok"],
+            "completed_in_window": n_done,
             "dropped": st["dropped"],
             "warmup": int(req.warmup.sum()),
         },
         "drift": drift,
+        "attribution_gaps": gaps,
         "join": req.join or None,
         "config": {
             k: cfg.get(k) for k in ("arrival", "rate", "duration_s", "warmup_s", "mode", "max_send_lag_ms")

@@ -216,7 +216,9 @@ def run_compare(args: argparse.Namespace) -> int:
 def print_compare(reports: dict[str, Any], rows: list[list[Any]], out: str) -> None:
     for label in ("warm", "cold"):
         v = reports[label].get("verdict") or {}
-        print(f"{label.upper()}: net gain {'YES' if v.get('net_gain') else 'NO'}")
+        outcome = v.get("outcome") or ("net_gain" if v.get("net_gain") else "no_net_gain")
+        answer = {"net_gain": "YES", "no_net_gain": "NO"}.get(outcome, "INCONCLUSIVE")
+        print(f"{label.upper()}: net gain {answer}")
         for reason in v.get("reasons", []):
             print(f"  - {reason}")
     print()
