@@ -17,6 +17,10 @@ from collections.abc import Callable
 
 from netgain.contract import payloads as builtin
 from netgain.protos import inference_pb2 as pb
+from netgain.protos.service import OIP_SERVICE_NAME, SERVICE_NAME
+
+NETGAIN_METHOD = f"/{SERVICE_NAME}/Infer"
+OIP_METHOD = f"/{OIP_SERVICE_NAME}/ModelInfer"
 
 
 def size_bucket(size: int) -> int:
@@ -48,10 +52,43 @@ def example_maker(
         raise ValueError(f"cannot make payloads for model {model!r}: {exc}") from None
 
 
+OIP_KEYS = ("oip.model", "oip.input", "oip.datatype", "oip.shape")
+
+
+def oip_request(options: dict[str, str], inputs: list[pb.Input]) -> bytes:
+    """An Open Inference Protocol ModelInferRequest for ``inputs``: one tensor, one item per row
+    (BYTES: each item's data, the raw length-prefixed encoding tritonclient sends; FP32: feature
+    rows), shaped as the model's metadata declares with the batch dimension filled in."""
+    import struct
+
+    from netgain.protos import oip_pb2 as oip
+
+    n = len(inputs)
+    declared = [int(d) for d in options["oip.shape"].split(",") if d]
+    req = oip.ModelInferRequest(model_name=options["oip.model"])
+    tensor = req.inputs.add(name=options["oip.input"], datatype=options["oip.datatype"])
+    if options["oip.datatype"] == "FP32":
+        width = len(inputs[0].features) if inputs else 0
+        tensor.shape.extend([n, width])
+        req.raw_input_contents.append(b"".join(struct.pack(f"<{width}f", *i.features) for i in inputs))
+    else:  # BYTES: [n], or [n, 1, ...] when the model declares more dimensions
+        tensor.shape.extend([n] + [1] * max(0, len(declared) - 1))
+        req.raw_input_contents.append(b"".join(struct.pack("<I", len(i.data)) + i.data for i in inputs))
+    return req.SerializeToString()
+
+
 class PayloadFactory:
+    """Serialized requests: netgain.v1 ``InferRequest``s, or Open Inference Protocol
+    ``ModelInferRequest``s when ``handler_options`` carry the ``oip.*`` keys of probe_oip_target."""
+
     def __init__(
         self, model: str, handler_options: dict[str, str] | None = None, seed: int = 0, variants: int = 8
     ) -> None:
+        options = dict(handler_options or {})
+        self.oip = {k: options.pop(k) for k in OIP_KEYS if k in options}
+        # The method every request calls; the engine sends the bytes to it.
+        self.method = OIP_METHOD if self.oip else NETGAIN_METHOD
+        handler_options = options
         self.example = example_maker(model, handler_options, seed)
         self.model = model
         self.seed = seed
@@ -77,6 +114,9 @@ class PayloadFactory:
         data = self._requests.get(key)
         if data is None:
             inputs = [self._input(bucket, (variant + j) % self.variants) for j in range(items)]
-            data = pb.InferRequest(inputs=inputs).SerializeToString()
+            if self.oip:
+                data = oip_request(self.oip, inputs)
+            else:
+                data = pb.InferRequest(inputs=inputs).SerializeToString()
             self._requests[key] = data
         return data

@@ -35,6 +35,8 @@ class LoadConfig:
     refused_grace_s: float | None = None  # a refused connection fails after this (None: waited for)
     payload_variants: int = 8  # distinct payloads per size bucket
     tls_ca: str | None = None
+    protocol: str = "netgain"  # "oip": the Open Inference Protocol (KServe v2 gRPC), any such server
+    oip_model: str | None = None  # the OIP model name requests carry (default: --model)
     probe: str = "all"  # "first": only the first target must be ready (scale-up drills)
     quiet: bool = False
     command: list[str] = field(default_factory=list)

@@ -67,3 +67,71 @@ def probe_target(
                 say(f"waiting up to {wait_ready_s:g} s for {target} to be SERVING ({last}){grace}")
                 said = True
             time.sleep(0.2)
+
+
+def probe_oip_target(
+    target: str,
+    model_name: str,
+    payload_model: str,
+    wait_ready_s: float = 0.0,
+    tls_ca: str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Any:
+    """An Open Inference Protocol server (Triton, KServe, MLServer, `netgain serve`): waits for
+    ``ModelReady(model_name)`` and reads ``ModelMetadata``. Returns a ServerInfoResponse as
+    ``probe_target`` does, for the rest of the run: ``handler`` is ``payload_model`` (the payloads
+    to make), ``handler_options`` carry the model's input tensor (``oip.*`` keys, read by
+    ``PayloadFactory``), and no metrics port (such a server's metrics are not netgain's)."""
+    from netgain.protos import oip_pb2 as oip
+    from netgain.protos.service import OipStub
+
+    if ":" not in target:
+        raise NetgainError(f"--target {target!r}: expected HOST:PORT")
+    deadline = time.monotonic() + wait_ready_s
+    last, said = "", False
+    with channel_for(target, tls_ca) as ch:
+        stub = OipStub(ch)
+        while True:
+            try:
+                if stub.ModelReady(oip.ModelReadyRequest(name=model_name), timeout=3.0).ready:
+                    meta = stub.ModelMetadata(oip.ModelMetadataRequest(name=model_name), timeout=5.0)
+                    break
+                last = f"model {model_name!r} is not ready"
+            except grpc.RpcError as exc:
+                last = f"{exc.code().name}: {exc.details()}"
+            if time.monotonic() >= deadline:
+                raise NetgainError(
+                    f"target {target} has no ready Open Inference Protocol model {model_name!r} ({last}); "
+                    "--oip-model names it, --wait-ready-s waits for it"
+                )
+            if not said and say is not None:
+                say(f"waiting up to {wait_ready_s:g} s for {target} model {model_name!r} ({last})")
+                said = True
+            time.sleep(0.2)
+    if len(meta.inputs) != 1:
+        names = ", ".join(t.name for t in meta.inputs)
+        raise NetgainError(
+            f"model {model_name!r} takes {len(meta.inputs)} inputs ({names}); netgain sends one"
+        )
+    tensor = meta.inputs[0]
+    if tensor.datatype not in ("BYTES", "FP32"):
+        raise NetgainError(
+            f"model {model_name!r} input {tensor.name!r} is {tensor.datatype}; netgain sends BYTES "
+            "(image, text, null payloads) or FP32 rows (tabular)"
+        )
+    options = {
+        "oip.model": model_name,
+        "oip.input": tensor.name,
+        "oip.datatype": tensor.datatype,
+        "oip.shape": ",".join(str(d) for d in tensor.shape),
+    }
+    if tensor.datatype == "FP32" and len(tensor.shape) >= 2 and tensor.shape[-1] > 0:
+        options["features"] = str(tensor.shape[-1])
+    return pb.ServerInfoResponse(
+        model=meta.name,
+        handler=payload_model,
+        handler_options=options,
+        metrics_port=-1,
+        ready=True,
+        versions={"protocol": "oip", "platform": meta.platform},
+    )
