@@ -186,3 +186,50 @@ def test_tensor_conversion() -> None:
         to_inputs(_request("FP32", [-1, 2], rows.tobytes()), feats_io)
     with pytest.raises(BadTensor, match="takes one"):
         to_inputs(oip_pb2.ModelInferRequest(), bytes_io)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("instrumented", [True, False])
+def test_load_protocol_oip(start_server: Any, tmp_path: Any, instrumented: bool) -> None:
+    """`netgain load --protocol oip` against a server read only through OIP (ModelMetadata gives the
+    FP32 input); without netgain's trailers (--no-instrumentation sends none, as Triton) the report
+    names the attributions it cannot make."""
+    import json
+
+    from conftest import read_rows, run_netgain
+
+    extra = () if instrumented else ("--no-instrumentation",)
+    server = start_server("--model", "tabular", "--workers", "0", *extra)
+    out = tmp_path / "run"
+    load = run_netgain(
+        "load", "--target", server.target, "--protocol", "oip", "--oip-model", "tabular",
+        "--rate", "20", "--duration", "2", "--out", str(out), "--quiet", "--max-send-lag-ms", "200",
+    )  # fmt: skip
+    assert load.returncode == 0, load.stderr
+    rows = read_rows(out)
+    assert set(rows["status"]) == {"OK"} and len(rows["status"]) >= 30
+    timed = [v for v in rows["server_total_ms"] if v == v]  # not NaN
+    assert len(timed) == (len(rows["status"]) if instrumented else 0)
+    report = run_netgain("report", str(out))
+    assert report.returncode == 0, report.stderr
+    summary = json.loads((out / "report.json").read_text())
+    gaps = next(iter(summary["runs"].values()))["attribution_gaps"] if "runs" in summary else None
+    gaps = gaps if gaps is not None else summary.get("attribution_gaps", [])
+    assert any("reads no ServerInfo" in g for g in gaps)
+    assert any("no server-timing trailer" in g for g in gaps) == (not instrumented)
+    if not instrumented:
+        assert "no server-timing trailer" in report.stdout
+    no_model = run_netgain("load", "--target", server.target, "--protocol", "oip", "--out", str(tmp_path))
+    assert no_model.returncode == 2 and "--oip-model" in no_model.stderr
+
+
+def test_attribution_gaps() -> None:
+    from netgain.loadgen.analysis.coverage import attribution_gaps
+
+    nan = float("nan")
+    assert attribution_gaps(np.array([1.0, 2.0]), {"config": {"protocol": "netgain"}}) == []
+    lines = attribution_gaps(np.array([nan, 2.0]), {"config": {"protocol": "netgain"}})
+    assert len(lines) == 2 and "1 of 2" in lines[0] and "batch sizes are unknown" in lines[1]
+    meta = {"config": {"protocol": "oip"}, "server": {"versions": {"platform": "tensorrt_plan"}}}
+    lines = attribution_gaps(np.array([nan, nan]), meta)
+    assert "platform tensorrt_plan" in lines[0] and "bottleneck kind cannot be named" in lines[-1]
