@@ -190,7 +190,12 @@ def test_dockerfile(name: str) -> None:
     else:
         assert base.startswith("nvidia/cuda:") and "runtime" in base
         assert any("python3.11" in r for w, r in ins if w == "RUN")
-        assert any('".[gpu]"' in r for w, r in ins if w == "RUN"), "NVML metrics need the gpu extra"
+        assert any(re.search(r'"\.\[[a-z,]*\bgpu\b', r) for w, r in ins if w == "RUN"), (
+            "NVML needs the gpu extra"
+        )
+    # Roles by extra: the image installs the serve extra (torch) explicitly, never a bare `.`.
+    extras = " ".join(r for w, r in ins if w in ("RUN", "ARG") and ('".[' in r or "NETGAIN_EXTRAS=" in r))
+    assert "serve" in extras and "load" in extras, "the image runs serve and load: both extras"
     assert any(w == "RUN" and ("pip install ." in r or 'pip install ".' in r) for w, r in ins)
     readme = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("readme")
     for w, r in ins:

@@ -38,6 +38,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The packages of each role's extra (pyproject.toml), imported only by the commands that need them.
+ROLE_EXTRAS = {
+    "torch": "serve",
+    "tokenizers": "serve",
+    "psutil": "serve",
+    "locust": "load",
+    "gevent": "load",
+    "msgpack": "load",
+    "pyarrow": "load,report",
+    "pynvml": "gpu",
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     return dispatch(parser, parser.parse_args(argv))
@@ -66,6 +79,16 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("netgain: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        extra = ROLE_EXTRAS.get((exc.name or "").split(".")[0])
+        if extra is None or args.debug:
+            raise
+        print(
+            f"netgain {args.command}: error: {exc.name} is not installed: this command needs the "
+            f"'{extra}' extra (pip install 'netgain[{extra}]', or 'netgain[all]' for every role)",
+            file=sys.stderr,
+        )
+        return 2
     except (NetgainError, FileNotFoundError, PermissionError, OSError, ValueError) as exc:
         if args.debug:
             raise
