@@ -28,13 +28,15 @@ MODELS = {
     ("apps/v1", "Deployment"): "V1Deployment",
     ("batch/v1", "Job"): "V1Job",
     ("autoscaling/v2", "HorizontalPodAutoscaler"): "V2HorizontalPodAutoscaler",
+    ("policy/v1", "PodDisruptionBudget"): "V1PodDisruptionBudget",
+    ("v1", "ConfigMap"): "V1ConfigMap",
 }
 CRDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PodMonitor")}
 
 
 def manifests() -> list[tuple[str, dict[str, Any]]]:
     out = []
-    for path in sorted(K8S.glob("*.yaml")):
+    for path in sorted(K8S.rglob("*.yaml")):  # the optional components' manifests too
         if path.name == "kustomization.yaml":
             continue
         for doc in yaml.safe_load_all(path.read_text()):
@@ -94,7 +96,9 @@ def test_manifest_is_a_valid_model(doc: dict[str, Any]) -> None:
     back = api.sanitize_for_serialization(obj)
     problems = _diff(_stringify(doc), _stringify(back))
     assert not problems, problems
-    assert doc["metadata"].get("namespace") == "netgain" or doc["kind"] == "Namespace"
+    # prometheus-adapter's rules live beside the adapter (namespace monitoring)
+    expected = "monitoring" if doc["metadata"]["name"] == "netgain-adapter-rules" else "netgain"
+    assert doc["metadata"].get("namespace") == expected or doc["kind"] == "Namespace"
 
 
 # -- agreement with the code -------------------------------------------------------------------
@@ -179,12 +183,10 @@ def test_server_deployment_agrees_with_code(doc: dict[str, Any]) -> None:
     for probe in ("readinessProbe", "startupProbe"):
         assert c[probe]["grpc"]["port"] == cfg.port, f"{probe} must be the native gRPC health check"
         assert c[probe]["grpc"].get("service", "") == "", "the server reports overall health on service ''"
-    assert c["livenessProbe"]
     live = c["livenessProbe"]
-    assert live.get("grpc", {}).get("port") == cfg.port or live.get("httpGet", {}).get("port") in (
-        "metrics",
-        9464,
-    )
+    assert live["grpc"]["port"] == cfg.port and "httpGet" not in live, "liveness through gRPC health"
+    # Draining (health NOT_SERVING for --grace-s) ends before liveness would restart the pod.
+    assert live["periodSeconds"] * live["failureThreshold"] > cfg.grace_s + 5
     sleep = int(c["lifecycle"]["preStop"]["exec"]["command"][-1])
     grace = doc["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace >= sleep + cfg.grace_s + 5, (
@@ -203,7 +205,10 @@ def test_server_deployment_agrees_with_code(doc: dict[str, Any]) -> None:
 
 
 def test_services_select_pods_and_ports_exist() -> None:
-    pods = [(d["spec"]["template"]["metadata"]["labels"], container(d)) for d in by_kind("Deployment")]
+    pods = [
+        (d["spec"]["template"]["metadata"]["labels"], container(d))
+        for d in by_kind("Deployment") + by_kind("Job")
+    ]
     for svc in by_kind("Service"):
         sel = svc["spec"]["selector"]
         matches = [c for labels, c in pods if sel.items() <= labels.items()]
@@ -227,7 +232,10 @@ def test_hpa_targets_exist() -> None:
 
 
 def test_loadgen_master_and_workers_agree_with_code() -> None:
-    master = container(named("Deployment", "netgain-loadgen-master"))
+    job = named("Job", "netgain-loadgen-master")  # a run ends: a Job, not a Deployment
+    assert job["spec"]["backoffLimit"] == 0
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    master = container(job)
     worker_dep = named("Deployment", "netgain-loadgen-worker")
     worker = container(worker_dep)
     parser = netgain_parser()
@@ -285,7 +293,7 @@ def test_monitors_scrape_what_prometheus_rules_expect() -> None:
     psel = pm["spec"]["selector"]["matchLabels"]
     pods = [
         d
-        for d in by_kind("Deployment")
+        for d in by_kind("Deployment") + by_kind("Job")
         if psel.items() <= d["spec"]["template"]["metadata"]["labels"].items()
     ]
     assert [d["metadata"]["name"] for d in pods] == ["netgain-loadgen-master"]
@@ -298,3 +306,39 @@ def test_kustomization_lists_every_manifest() -> None:
     kust = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     files = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml", "drill-job.yaml"}
     assert set(kust["resources"]) == files
+    # The optional components: each a kustomize Component listing its manifests, named (commented
+    # out) in the top-level kustomization, with no Prometheus Operator CRD in the base.
+    text = (K8S / "kustomization.yaml").read_text()
+    for comp in sorted((K8S / "components").iterdir()):
+        ck = yaml.safe_load((comp / "kustomization.yaml").read_text())
+        assert ck["kind"] == "Component" and ck["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
+        assert set(ck["resources"]) == {p.name for p in comp.glob("*.yaml")} - {"kustomization.yaml"}
+        assert f"components/{comp.name}" in text
+    base = [d for f in files for d in yaml.safe_load_all((K8S / f).read_text()) if d]
+    assert not [d for d in base if d["apiVersion"].startswith("monitoring.coreos.com")]
+
+
+def test_pdb_covers_each_server_deployment() -> None:
+    pdbs = by_kind("PodDisruptionBudget")
+    for dep in SERVERS:
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        cover = [p for p in pdbs if p["spec"]["selector"]["matchLabels"].items() <= labels.items()]
+        assert len(cover) == 1, dep["metadata"]["name"]
+        assert cover[0]["spec"].get("maxUnavailable") == 1  # a one-replica GPU pod can still be drained
+
+
+def test_gpu_hpa_metric_is_served_by_the_shipped_adapter_rule() -> None:
+    hpa = named("HorizontalPodAutoscaler", "netgain-server-gpu")
+    (metric,) = [m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"]
+    rules = yaml.safe_load(named("ConfigMap", "netgain-adapter-rules")["data"]["config.yaml"])["rules"]
+    served = [r for r in rules if r["name"]["as"] == metric]
+    assert len(served) == 1
+    rule = served[0]
+    assert metric in rule["seriesQuery"]
+    assert rule["resources"]["overrides"]["pod"] == {"resource": "pod"}
+    # the metric the rule reads is one the server exports
+    from prometheus_client import CollectorRegistry
+
+    from netgain.server.telemetry.metrics import ServerMetrics
+
+    assert metric in {f.name for f in ServerMetrics(CollectorRegistry(), "null", "cpu").registry.collect()}
