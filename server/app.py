@@ -338,10 +338,10 @@ async def start_grpc(cfg: ServeConfig, servicer: Any, health_servicer: Any) -> t
         # instead of the server's own queue shedding them with RESOURCE_EXHAUSTED.
         ("grpc.server.max_pending_requests", max(10_000, 4 * cfg.max_queue_size)),
         ("grpc.server.max_pending_requests_hard_limit", max(20_000, 8 * cfg.max_queue_size)),
-        # Hostile senders (docs/reliability.md, 6). Streams per connection: more than the queue
-        # and the batches in flight can hold would only be shed, and each may buffer up to
-        # --max-message-mb while its body arrives. gRPC's default is unlimited.
-        ("grpc.max_concurrent_streams", max(256, 2 * cfg.max_queue_size)),
+        # Hostile senders (docs/reliability.md, 6). Streams per connection are bounded (gRPC's
+        # default is unlimited) above a burst the server's own queue sheds: streams refused before
+        # the client reads the setting come back UNAVAILABLE instead of RESOURCE_EXHAUSTED.
+        ("grpc.max_concurrent_streams", max(4096, 4 * cfg.max_queue_size)),
         # A sender that stops reading (no PING ack) loses its connection, and the memory its
         # half-sent messages hold, within keepalive time + timeout: ~30 s.
         ("grpc.keepalive_time_ms", 20_000),

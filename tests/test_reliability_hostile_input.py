@@ -178,7 +178,7 @@ def test_slow_senders_lose_their_connection_and_memory(start_server: Any, monkey
     conn = H2Conn(server.grpc_port)
     try:
         conn.pump(0.5)
-        assert conn.settings.get(SETTINGS_MAX_CONCURRENT_STREAMS) == 256  # max(256, 2 x 64)
+        assert conn.settings.get(SETTINGS_MAX_CONCURRENT_STREAMS) == 4096  # max(4096, 4 x 64)
         rss0 = proc.memory_info().rss
         declared = 15 * 1000 * 1000
         deadline = time.monotonic() + 20.0
