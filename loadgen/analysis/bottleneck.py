@@ -259,8 +259,8 @@ def _server(gpu: dict, cpu: dict, queue: dict, device: str) -> tuple[dict[str, A
     )
     pressure = bool(queue.get("pressure"))
 
-    def kind(k: str, resource: str, action: str) -> tuple[dict[str, Any], list[str]]:
-        return {"kind": k, "resource": resource, "action": ACTIONS[action]}, ev
+    def kind(k: str, resource: str, action: str, measured: bool = True) -> tuple[dict[str, Any], list[str]]:
+        return {"kind": k, "resource": resource, "action": ACTIONS[action], "measured": measured}, ev
 
     if on_gpu and busiest is not None and busiest >= DEVICE_BUSY and pressure:
         return kind("gpu-bound", "gpu", "gpu-bound")
@@ -311,8 +311,8 @@ def _server(gpu: dict, cpu: dict, queue: dict, device: str) -> tuple[dict[str, A
         )
         if device_share:
             dev_kind = "gpu-bound" if on_gpu else "cpu-bound"
-            return kind(dev_kind, "device", dev_kind)
-        return kind("upstream-bound", (saturated or ["queue"])[0], (saturated or ["queue"])[0])
+            return kind(dev_kind, "device", dev_kind, measured=False)
+        return kind("upstream-bound", "queue", "queue", measured=False)
     return kind("unsaturated", "none", "unsaturated")
 
 
@@ -335,11 +335,24 @@ def classify(
     gen_ev.append(f"send lag p99 {_fmt(send_lag_p99_ms)} ms vs limit {max_send_lag_ms:g} ms")
     gen_ev.append(f"load worker CPU max {_fmt(worker)} core (saturated at {WORKER_CPU_SATURATED})")
     server, srv_ev = _server(gpu, cpu, queue, device)
-    server_saturated = server["kind"] != "unsaturated"
     behind = lag_bad or worker_bad
     drops = None
     if dropped > 0:
-        drops = "target" if server_saturated and not behind else "generator"
+        # Drops at the in-flight cap bound the backlog, so it stops growing: judge the server as if
+        # its backlog had kept growing; a saturated resource then says the target caused them.
+        held = server
+        if not behind and server["kind"] == "unsaturated":
+            held, held_ev = _server(gpu, cpu, {**queue, "pressure": True}, device)
+            if held["measured"]:
+                server = held
+                srv_ev = [
+                    *held_ev,
+                    f"{dropped} request(s) dropped at the in-flight cap: the cap held the backlog, so it "
+                    "could not grow over the window",
+                ]
+        drops = (
+            "target" if server["kind"] != "unsaturated" and server["measured"] and not behind else "generator"
+        )
         gen_ev.insert(
             1,
             f"dropped requests {dropped}: "
@@ -349,11 +362,12 @@ def classify(
                 if drops == "target"
                 else "the generator could not keep up"
                 if behind
-                else "the in-flight cap was too low for this latency (the server shows no backlog)"
+                else "the in-flight cap was too low for this latency (no server resource is saturated)"
             ),
         )
     else:
         gen_ev.insert(1, "dropped requests 0")
+    server_saturated = server["kind"] != "unsaturated"
     kinds: list[dict[str, Any]] = []
     if behind or drops == "generator":
         action = ACTIONS["loadgen"] if behind else ACTIONS["cap-drops"]
@@ -361,7 +375,8 @@ def classify(
             {"kind": "loadgen-bound", "resource": "load generator", "action": action, "evidence": gen_ev}
         )
     if server_saturated or not kinds:
-        srv = {**server, "evidence": srv_ev}
+        srv = {k: v for k, v in server.items() if k != "measured"}
+        srv["evidence"] = srv_ev
         if drops == "target":
             srv["evidence"] = [*srv_ev, *gen_ev]
             srv["action"] = f"{server['action']}; {ACTIONS['target-drops']}"
