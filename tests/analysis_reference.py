@@ -218,6 +218,17 @@ def section(run: Path, *, price: float, auto: dict[str, Any], device: str, error
     return {
         "schema": 1,
         "device": device,
+        # the fixture's ServerInfo (tests/analysis_fixtures.py): one process, so no workers there
+        "server_config": {
+            "dtype": "float32",
+            "max_batch_size": 8,
+            "max_queue_delay_ms": 2.0,
+            "instances": 1,
+            "pre_threads": 2,
+            "workers": 0,
+            "slots_per_worker": 0,
+            "intra_op_threads": 4,
+        },
         "latency_ms": latency,
         "latency_ci_ms": {"draws": BOOT, "confidence": 0.95},
         "enough_samples": {"p99": _enough(lat_sorted, 0.99, 299), "p999": _enough(lat_sorted, 0.999, 2995)},

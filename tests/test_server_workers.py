@@ -131,6 +131,8 @@ def test_metrics_of_every_process_on_one_endpoint(start_server: Any) -> None:
     roles = {x.labels["role"]: x.value for x in fams["netgain_thread_cpu_seconds"].samples}
     assert roles.get("frontend", 0) > 0 and all(v >= 0 for v in roles.values())
     assert "# EOF" in s.metrics_text(openmetrics=True)
+    info = s.stub().ServerInfo(pb.ServerInfoRequest(), timeout=10)
+    assert info.batching.workers == 2 and info.batching.slots_per_worker >= 8  # what meta.json records
 
 
 def test_a_killed_frontend_leaves_the_others_serving(start_server: Any) -> None:

@@ -55,6 +55,15 @@ def bottleneck_words(b: dict[str, Any]) -> str:
     return words + (" [per-process rule approximate]" if b.get("approximate") else "")
 
 
+def server_line(c: dict[str, Any]) -> str:
+    procs = f"{c['workers']} frontend processes + 1 device process" if c.get("workers") else "one process"
+    return (
+        f"  server: {procs}, max batch {num(c.get('max_batch_size'))}, queue delay "
+        f"{num(c.get('max_queue_delay_ms'))} ms, pre threads {num(c.get('pre_threads'))}, intra-op threads "
+        f"{num(c.get('intra_op_threads'))}, dtype {c.get('dtype') or 'n/a'}"
+    )
+
+
 def run_lines(r: dict[str, Any], label: str = "") -> list[str]:
     lat, lag = r["latency_ms"], r["send_lag_ms"]
     cost = r.get("cost") or {}
@@ -67,6 +76,7 @@ def run_lines(r: dict[str, Any], label: str = "") -> list[str]:
     return [
         f"{pre}device {r.get('device')}, model {r.get('model')}, {r['counts']['measured']} measured requests "
         f"over {num(r['window_s']['duration'], 1)} s",
+        server_line(r.get("server_config") or {}),
         f"  latency ms  p50 {num(lat['p50'])}  p90 {num(lat['p90'])}  p95 {num(lat['p95'])}  "
         f"p99 {num(lat['p99'])} "
         f"{ci((r.get('latency_ci_ms') or {}).get('p99'))}  p99.9 {num(lat['p999'])}  max {num(lat['max'])}",

@@ -402,6 +402,7 @@ def analyze(
         "run_id": meta.get("run_id"),
         "device": res["device"],
         "model": (meta.get("server") or {}).get("model"),
+        "server_config": server_config(meta),
         "latency_ms": latency,
         "latency_ci_ms": latency_ci,
         "enough_samples": enough,
@@ -449,3 +450,20 @@ def analyze(
         "series": _plot_series(lat_sorted, res["series"]),
     }
     return RunResult(report=report, p99_draws=p99_draws, thr_draws=thr_draws, meta=meta)
+
+
+def server_config(meta: dict[str, Any]) -> dict[str, Any]:
+    """The configuration the target served with, from its ServerInfo in meta.json (zeros are omitted
+    there: no ``workers`` means one process)."""
+    server = meta.get("server") or {}
+    batching = server.get("batching") or {}
+    return {
+        "dtype": server.get("dtype"),
+        "max_batch_size": batching.get("max_batch_size"),
+        "max_queue_delay_ms": batching.get("max_queue_delay_ms"),
+        "instances": batching.get("instances"),
+        "pre_threads": batching.get("pre_threads"),
+        "workers": int(batching.get("workers") or 0),
+        "slots_per_worker": int(batching.get("slots_per_worker") or 0),
+        "intra_op_threads": server.get("intra_op_threads"),
+    }

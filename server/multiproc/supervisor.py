@@ -169,6 +169,8 @@ class Supervisor:
                 max_queue_size=cfg.max_queue_size,
                 instances=cfg.instances,
                 pre_threads=cfg.pre_threads,
+                workers=self.workers,
+                slots_per_worker=self.slots,
             ),
             cold_start=[pb.ColdStartPhase(name=n, at_s=a, duration_s=d) for n, a, d in self.cold.timeline()],
             pid=os.getpid(),
