@@ -92,8 +92,7 @@ class PreciseSelector(selectors.EpollSelector):
             return ready
         now = time.perf_counter()
         end = now + timeout
-        # Nap and poll here rather than return empty-handed: each empty return costs the event loop
-        # a whole pass (timer heap, ready queue) per nap, a dozen passes per gap at 3,000 req/s.
+        # Nap and poll here rather than return empty-handed: each empty return costs the event loop a pass.
         while end - now > SPIN_S:
             time.sleep(min(end - now - SPIN_S, NAP_S))
             ready = super().select(0)
@@ -339,11 +338,8 @@ class Engine:
             items,
             req_bytes,
         )
-        # Responses of one server batch arrive together: a request that fell due meanwhile goes
-        # out now, not after the whole group has been handled (open loop only; the armed timer
-        # stays the only one). One at most: up to four put sends ahead of the responses still
-        # waiting and their done times came late (H200, 80 %: p99 +74 and +97 ms over the server's
-        # span in two runs, against +2 to +4 ms with one).
+        # A request that fell due while a batch's responses were handled goes out now; one at most,
+        # since more delay the done times of the responses still waiting (docs/benchmarks.md).
         if self._all_sent is not None and self._due():
             self._tick(arm=False)
 
@@ -452,9 +448,7 @@ def main() -> int:
     if go is None or go[0] != frames.GO:
         return 0
     _lower_timer_slack()
-    # gRPC's poller thread needs the GIL for every completion; with the default 5 ms switch
-    # interval it waits behind a busy loop and responses are seen late (measured: p99 service
-    # time minus server time 13-16 → 8-11 ms at 1,000 req/s on one core).
+    # gRPC's poller thread needs the GIL for every completion: a short switch interval lets it in.
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     engine.selector = PreciseSelector()
     loop = asyncio.SelectorEventLoop(engine.selector)
