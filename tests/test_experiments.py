@@ -115,7 +115,7 @@ def test_compare_two_cpu_setups_end_to_end_and_resume(tmp_path: Path) -> None:
         "--rate",
         "40",
         "--rates",
-        "40",
+        "20,40",
         "--sweep-duration",
         "1.5",
         "--cpu-price-per-hour",
@@ -130,7 +130,7 @@ def test_compare_two_cpu_setups_end_to_end_and_resume(tmp_path: Path) -> None:
     res = netgain(*args)
     assert res.returncode == 0, res.stderr[-3000:]
     for side in ("baseline", "treatment"):
-        for run in ("b1/cold", "b1/warm", "sweep/b1-r40"):
+        for run in ("b1/cold", "b1/warm", "sweep/b1-r20", "sweep/b1-r40"):
             assert (out / side / run / "meta.json").exists()
     for mode in ("warm", "cold"):
         rep = json.loads((out / f"compare-{mode}" / "report.json").read_text())
@@ -138,11 +138,25 @@ def test_compare_two_cpu_setups_end_to_end_and_resume(tmp_path: Path) -> None:
         assert rep["compare"]["mode"] == mode
         assert len(rep["compare"]["runs"]) == 4  # two sides x cold and warm
         assert rep["verdict"]["net_gain"] is False  # same work at twice the price
+        # The crossover: both sides priced from their own sweep at each rate tried. A treatment
+        # replica at twice the price would need more than twice the capacity to win anywhere.
+        c = rep["crossover"]
+        assert c["rates_rps"] == [20.0, 40.0] and c["treatment"]["serve_args"] == ["--instances", "2"]
+        assert c["crossover_rps"] is None
+        if c["outcome"] == "inconclusive":  # a side missed the 500 ms SLO at both rates (a loaded host)
+            assert "held the SLO p99 <= 500 ms at none of the rates tried" in c["reason"]
+        else:
+            assert c["outcome"] == "not_within_rates", c
+            assert c["reason"].startswith("not within the rates tried (20, 40 req/s)")
+            for side in ("baseline", "treatment"):
+                assert c[side]["capacity_rps"] > 0 and len(c[side]["cost_per_1k"]) == 2
     assert "WARM: net gain NO" in res.stdout and "COLD: net gain NO" in res.stdout
+    assert "CROSSOVER: " in res.stdout and "(treatment cpu vs baseline cpu)" in res.stdout
+    assert "Cost per 1k at the SLO vs request rate" in (out / "compare-warm" / "report.html").read_text()
     # Re-running resumes: every run is reused, nothing is sent again.
     again = netgain(*args)
     assert again.returncode == 0
-    assert again.stderr.count("reused") == 6 and "netgain load:" not in again.stdout
+    assert again.stderr.count("reused") == 8 and "netgain load:" not in again.stdout
     # Runs imported with --treatment-from are labelled with the device they recorded (cpu here),
     # not with --treatment-device's default (cuda).
     i = args.index("--treatment-device")

@@ -27,6 +27,7 @@ class Side:
     price_per_hour: float
     serve_args: list[str] = field(default_factory=list)
     from_dir: str | None = None  # runs recorded elsewhere (e.g. on a GPU host)
+    tuned: str | None = None  # the `netgain tune` result whose best flags are in serve_args
 
 
 @dataclass
@@ -264,6 +265,7 @@ def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dic
                 )
     base, treat = sides["baseline"], sides["treatment"]
     out: dict[str, Any] = {}
+    cross: dict[str, Any] | None = None
     for label in ("warm", "cold"):
         rep = build_report(
             treat["batches"][treat["best_batch"]][label],
@@ -279,8 +281,33 @@ def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dic
             "runs": rows,
             "mode": label,
         }
+        if cross is None:  # from the rate sweeps (warm runs): the same for both reports
+            cross = crossover_of(cfg, sides, rep)
+        rep["crossover"] = cross
         dest = os.path.join(cfg.out, f"compare-{label}")
         os.makedirs(dest, exist_ok=True)
         write_outputs(rep, dest)
         out[label] = rep
     return out, rows
+
+
+def crossover_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]], rep: dict[str, Any]) -> dict[str, Any]:
+    """Cost per 1k at the SLO against the swept rates, each side at the capacity its sweep measured
+    (with its tuned configuration when given), and the rate where the treatment starts to win."""
+    from netgain.loadgen.analysis.crossover import crossover
+
+    per_side: dict[str, dict[str, Any]] = {}
+    for name, side in (("baseline", cfg.baseline), ("treatment", cfg.treatment)):
+        sweep = (rep["baseline"] if name == "baseline" else rep).get("sweep") or {}
+        per_side[name] = {
+            "device": side.device,
+            "price_per_hour": side.price_per_hour,
+            "batch_size": sides[name]["best_batch"],
+            "serve_args": list(side.serve_args),
+            "tuned": side.tuned,
+            "capacity_rps": sweep.get("capacity_rps"),
+            "capacity_from_run": sweep.get("from_run"),
+            "runs": sweep.get("runs", 0),
+            "runs_meeting_slo": sweep.get("runs_meeting_slo", 0),
+        }
+    return crossover(cfg.rates, per_side, slo_p99_ms=cfg.slo_p99_ms)

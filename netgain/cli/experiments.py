@@ -192,6 +192,7 @@ def run_compare(args: argparse.Namespace) -> int:
             args.baseline_device,
             args.cpu_price_per_hour,
             tuned["baseline"][0] + shlex.split(args.baseline_serve_args),
+            tuned=args.baseline_tuned,
         ),
         treatment=Side(
             "treatment",
@@ -199,6 +200,7 @@ def run_compare(args: argparse.Namespace) -> int:
             args.gpu_price_per_hour,
             tuned["treatment"][0] + shlex.split(args.treatment_serve_args),
             from_dir=args.treatment_from,
+            tuned=args.treatment_tuned,
         ),
     )
     os.makedirs(cfg.out, exist_ok=True)
@@ -221,6 +223,11 @@ def print_compare(reports: dict[str, Any], rows: list[list[Any]], out: str) -> N
         print(f"{label.upper()}: net gain {answer}")
         for reason in v.get("reasons", []):
             print(f"  - {reason}")
+    cross = reports["warm"].get("crossover")
+    if cross:
+        from netgain.loadgen.analysis.crossover import line
+
+        print(line(cross))
     print()
     head = [
         "side",
