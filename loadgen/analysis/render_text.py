@@ -120,7 +120,8 @@ def terminal(r: dict[str, Any]) -> str:
 
 def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    out += ["| " + " | ".join(num(c) if not isinstance(c, str) else c for c in row) + " |" for row in rows]
+    cells = [[(num(c) if not isinstance(c, str) else c).replace("|", "\\|") for c in row] for row in rows]
+    out += ["| " + " | ".join(row) + " |" for row in cells]
     return [*out, ""]
 
 

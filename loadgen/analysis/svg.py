@@ -1,7 +1,16 @@
 """Tiny inline-SVG charts (no matplotlib: the HTML report must build anywhere and stay self-contained).
 
-This module owns the SVG primitives (document, escaping, polyline and polygon, bars, axis labels,
-legend); the report's charts below and the trace plot (``traces/render.py``) are drawn with them.
+This module owns the SVG primitives (document, escaping, text measuring and fitting, polyline and
+polygon, bars, axis labels, legend); the report's charts below and the trace plot
+(``traces/render.py``) are drawn with them.
+
+Every chart lays itself out from its own text: text widths are estimated conservatively
+(``text_width``, wider than DejaVu Sans, Liberation Sans or Arial render them), the left margin
+makes room for the longest y tick label, titles and axis labels wrap or are shortened with an
+ellipsis (the full text stays in a ``<title>`` tooltip), x tick labels are thinned until they do
+not touch, and the legend flows in rows below the plot, growing the chart's height, so that it
+never covers the plot, another entry or the edge of the viewBox (``tests/test_report_browser.py``
+checks this in a headless browser).
 """
 
 from __future__ import annotations
@@ -16,30 +25,115 @@ __all__ = [
     "bar_chart",
     "empty",
     "escape",
+    "fit",
+    "flow_legend",
     "legend",
     "line_chart",
     "open_svg",
     "polygon",
     "polyline",
+    "svg_text",
+    "text_width",
     "ticks",
     "timeline",
+    "wrap",
     "x_label",
     "y_axis",
 ]
 
-W, H, PAD_L, PAD_R, PAD_T, PAD_B = 640, 300, 64, 150, 28, 40
+W = 640  # every report chart is this wide; its height follows from its content
+MARGIN = 8  # blank border inside the viewBox
+FONT, TITLE_FONT = 11, 13
+LINE, TITLE_LINE = 15, 18  # baseline-to-baseline distances: > 1.17 em, the font's ascent + descent
+PLOT_H = 220
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f")
 
 
-# -- primitives ---------------------------------------------------------------------------------
+# -- text ------------------------------------------------------------------------------------------
+
+# Advance widths in em, rounded up from the widest common sans-serif (DejaVu Sans): a text never
+# renders wider than its estimate, so a layout computed from estimates does not clip or overlap.
+_NARROW = frozenset("ijl.,:;'!|`I ")
+_SEMI = frozenset('frt()[]{}-/\\"*')
+_WIDE = frozenset("mwMW@%")
+
+
+def text_width(text: str, font_size: float = FONT, bold: bool = False) -> float:
+    """A conservative estimate of ``text``'s rendered width in px at ``font_size``."""
+    em = 0.0
+    for ch in text:
+        if ch in _NARROW:
+            em += 0.36
+        elif ch in _SEMI:
+            em += 0.48
+        elif ch in _WIDE:
+            em += 1.0
+        elif ch.isupper():
+            em += 0.8
+        else:
+            em += 0.66
+    return em * font_size * (1.1 if bold else 1.0)
+
+
+def fit(text: str, max_px: float, font_size: float = FONT, bold: bool = False) -> str:
+    """``text``, or its longest prefix that fits in ``max_px`` followed by an ellipsis."""
+    if text_width(text, font_size, bold) <= max_px:
+        return text
+    while text and text_width(text + "…", font_size, bold) > max_px:
+        text = text[:-1]
+    return text.rstrip() + "…"
+
+
+def wrap(text: str, max_px: float, font_size: float = FONT, bold: bool = False) -> list[str]:
+    """``text`` broken at spaces into lines of at most ``max_px``; a word too long for a line is
+    shortened with an ellipsis."""
+    lines: list[str] = []
+    for word in text.split():
+        if lines and text_width(f"{lines[-1]} {word}", font_size, bold) <= max_px:
+            lines[-1] += f" {word}"
+        else:
+            lines.append(fit(word, max_px, font_size, bold))
+    return lines or [""]
+
+
+def svg_text(
+    x: float,
+    y: float,
+    lines: str | Sequence[str],
+    *,
+    size: float | None = None,
+    anchor: str | None = None,
+    bold: bool = False,
+    cls: str | None = None,
+    full: str | None = None,
+    line_h: float = LINE,
+) -> str:
+    """A ``<text>`` at baseline ``y``; several lines become ``<tspan>``s ``line_h`` apart, and
+    ``full`` (the unshortened text, when it was shortened) becomes a tooltip."""
+    rows = [lines] if isinstance(lines, str) else list(lines)
+    attrs = f' x="{x:.1f}" y="{y:.1f}"'
+    attrs += f' font-size="{size}"' if size is not None else ""
+    attrs += f' text-anchor="{anchor}"' if anchor else ""
+    attrs += ' font-weight="bold"' if bold else ""
+    attrs += f' class="{cls}"' if cls else ""
+    tip = f"<title>{escape(full)}</title>" if full and full != " ".join(rows) else ""
+    if len(rows) == 1:
+        return f"<text{attrs}>{tip}{escape(rows[0])}</text>"
+    spans = "".join(
+        f'<tspan x="{x:.1f}" dy="{0 if i == 0 else line_h}">{escape(r)}</tspan>' for i, r in enumerate(rows)
+    )
+    return f"<text{attrs}>{tip}{spans}</text>"
+
+
+# -- primitives ------------------------------------------------------------------------------------
 
 
 def open_svg(width: float, height: float, font_size: int | None = None) -> str:
     """The opening ``<svg>`` tag of a standalone document ``width`` x ``height`` (sans-serif)."""
     size = f' font-size="{font_size}"' if font_size is not None else ""
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif"{size}>'
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:g}" height="{height:g}" '
+        f'viewBox="0 0 {width:g} {height:g}" font-family="sans-serif"{size}>'
     )
 
 
@@ -95,12 +189,45 @@ def x_label(x: float, y: float, text: str, font_size: int | None = None) -> str:
 
 
 def legend_entry(i: int, name: str, x: float, y0: float) -> str:
-    """The ``i``-th legend line: ``name`` in the ``i``-th series colour."""
+    """The ``i``-th line of a legend stacked at ``x`` (``name`` in the ``i``-th series colour);
+    ``flow_legend`` lays a legend out so that it fits."""
     return f'<text x="{x}" y="{y0 + 14 * (i + 1)}" fill="{COLORS[i % len(COLORS)]}">{escape(name)}</text>'
 
 
 def legend(names: Iterable[str], x: float, y0: float) -> list[str]:
     return [legend_entry(i, name, x, y0) for i, name in enumerate(names)]
+
+
+def flow_legend(
+    names: Sequence[str], x: float, y: float, width: float, *, swatch: str = "line"
+) -> tuple[list[str], float]:
+    """Legend entries (a colour swatch, then the name) flowing left to right in rows from ``(x, y)``
+    (top left), wrapping at ``width``; a name too long for a row is shortened (full name as tooltip).
+    Returns the elements and the height used."""
+    if not names:
+        return [], 0.0
+    out = ['<g class="legend">']
+    cx, row = x, 0
+    for i, name in enumerate(names):
+        label = fit(name, width - 14)
+        w = 14 + text_width(label)
+        if cx > x and cx + w > x + width:
+            cx, row = x, row + 1
+        top = y + row * LINE
+        color = COLORS[i % len(COLORS)]
+        mark = (
+            f'<rect x="{cx:.1f}" y="{top + 7.5:.1f}" width="10" height="3" fill="{color}"/>'
+            if swatch == "line"
+            else f'<rect x="{cx:.1f}" y="{top + 3:.1f}" width="10" height="10" fill="{color}"/>'
+        )
+        tip = f"<title>{escape(name)}</title>" if label != name else ""
+        out.append(
+            f'<g class="legend-entry">{mark}<text x="{cx + 14:.1f}" y="{top + 12:.1f}">{tip}{escape(label)}'
+            "</text></g>"
+        )
+        cx += w + 16
+    out.append("</g>")
+    return out, (row + 1) * LINE
 
 
 def ticks(lo: float, hi: float, n: int = 5) -> list[float]:
@@ -112,24 +239,124 @@ def ticks(lo: float, hi: float, n: int = 5) -> list[float]:
             step *= m
             break
     start = math.ceil(lo / step) * step
-    return [start + i * step for i in range(int((hi - start) / step) + 1)]
+    return [start + i * step for i in range(int((hi - start) / step + 1e-9) + 1)]
+
+
+def _log_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """Tick positions (log10 of the values) between ``lo`` and ``hi`` (log10 too): 1-2-5 steps per
+    decade, or decades alone, or, in a range narrower than that, evenly spaced positions."""
+    for mults in ((1, 2, 5), (1,)):
+        out = [
+            math.log10(m * 10.0**k)
+            for k in range(math.floor(lo) - 1, math.ceil(hi) + 1)
+            for m in mults
+            if lo - 1e-9 <= math.log10(m * 10.0**k) <= hi + 1e-9
+        ]
+        if 2 <= len(out) <= n + 1:
+            return out
+        if len(out) > n + 1:
+            continue
+        break
+    return ticks(lo, hi, n)
+
+
+def _value_ticks(lo: float, hi: float) -> tuple[list[float], float]:
+    """``ticks(lo, hi)`` extended by one step past ``hi`` when the data end between two ticks, and
+    the axis' new top: the highest line then does not run along the plot's upper edge."""
+    t = ticks(lo, hi)
+    if len(t) >= 2 and t[-1] < hi - 1e-12 * abs(hi):
+        t.append(t[-1] + (t[-1] - t[-2]))
+    return t, max(hi, t[-1])
 
 
 def _fmt(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1e4 else f"{v:.2e}"
 
 
-# -- the report's charts ------------------------------------------------------------------------
+# -- the report's charts ---------------------------------------------------------------------------
 
 
-def _frame(title: str, xlabel: str, ylabel: str) -> list[str]:
-    return [
-        open_svg(W, H, font_size=11),
-        f'<text x="{PAD_L}" y="16" font-size="13" font-weight="bold">{escape(title)}</text>',
-        f'<text x="{(W - PAD_R + PAD_L) / 2}" y="{H - 6}" text-anchor="middle">{escape(xlabel)}</text>',
-        f'<text x="12" y="{(H + PAD_T - PAD_B) / 2}" transform="rotate(-90 12 {(H + PAD_T - PAD_B) / 2})" '
-        f'text-anchor="middle">{escape(ylabel)}</text>',
-    ]
+class _Frame:
+    """A chart's layout: a wrapped title on top, a plot of ``PLOT_H`` with y tick labels left of it
+    (and the rotated y label left of those), x tick labels and the x label under it, then the legend.
+    ``left``, ``right``, ``top`` and ``bottom`` are the plot's edges."""
+
+    def __init__(
+        self, title: str, xlabel: str, ylabel: str, *, y_labels: Sequence[str] = (), x_reserve: float = 0.0
+    ) -> None:
+        self.title = title
+        self.title_lines = wrap(title, W - 2 * MARGIN, TITLE_FONT, bold=True)
+        self.top = MARGIN + len(self.title_lines) * TITLE_LINE + 10
+        self.ylabel = ylabel
+        label_band = FONT * 1.3 + 4 if ylabel else 0.0
+        tick_w = max((text_width(s) for s in y_labels), default=0.0)
+        self.left = MARGIN + label_band + (tick_w + 6 if y_labels else 0.0)
+        self.left = max(self.left, MARGIN + x_reserve)  # the first x tick label is centred on left
+        self.right = W - MARGIN - max(x_reserve, 4.0)
+        self.bottom = self.top + PLOT_H
+        self.xlabel = xlabel
+        self.xlabel_lines = wrap(xlabel, self.right - self.left) if xlabel else []
+
+    @property
+    def width(self) -> float:
+        return self.right - self.left
+
+    def head(self) -> list[str]:
+        mid = (self.top + self.bottom) / 2
+        out = [
+            open_svg(W, 0, font_size=FONT),  # the height is set by finish()
+            svg_text(
+                MARGIN,
+                MARGIN + TITLE_FONT,
+                self.title_lines,
+                size=TITLE_FONT,
+                bold=True,
+                cls="title",
+                full=self.title,
+                line_h=TITLE_LINE,
+            ),
+        ]
+        if self.ylabel:
+            x = MARGIN + FONT
+            label = fit(self.ylabel, PLOT_H)
+            tip = f"<title>{escape(self.ylabel)}</title>" if label != self.ylabel else ""
+            out.append(
+                f'<text x="{x}" y="{mid:.1f}" transform="rotate(-90 {x} {mid:.1f})" text-anchor="middle" '
+                f'class="ylabel">{tip}{escape(label)}</text>'
+            )
+        return out
+
+    def tick_row(self) -> float:
+        """Baseline of the x tick labels: clear of the lowest y tick label."""
+        return self.bottom + 19
+
+    def foot(self, y: float, legend_names: Sequence[str], swatch: str = "line") -> tuple[list[str], float]:
+        """The x label and the legend from baseline-row ``y`` down; returns them and the height."""
+        out = []
+        if self.xlabel_lines:
+            y += LINE
+            out.append(
+                svg_text((self.left + self.right) / 2, y, self.xlabel_lines, anchor="middle", cls="xlabel")
+            )
+            y += LINE * (len(self.xlabel_lines) - 1)
+        items, h = flow_legend(legend_names, MARGIN, y + 8, W - 2 * MARGIN, swatch=swatch)
+        out += items
+        return out, y + 8 + h + MARGIN
+
+    @staticmethod
+    def finish(parts: list[str], height: float) -> str:
+        h = math.ceil(height)
+        parts[0] = open_svg(W, h, font_size=FONT)
+        return "\n".join([*parts, "</svg>"])
+
+
+def _spread(positions: Sequence[float], labels: Sequence[str], gap: float = 8.0) -> bool:
+    """Whether labels centred on ascending ``positions`` keep ``gap`` px between neighbours."""
+    for i in range(1, len(positions)):
+        need = (text_width(labels[i - 1]) + text_width(labels[i])) / 2 + gap
+        if positions[i] - positions[i - 1] < need:
+            return False
+    return True
 
 
 def line_chart(
@@ -152,23 +379,42 @@ def line_chart(
     xs, ys = [fx(p[0]) for p in pts], [p[1] for p in pts]
     x0, x1, y0, y1 = min(xs), max(xs), min(0.0, min(ys)), max(ys)
     x1, y1 = (x1 if x1 > x0 else x0 + 1), (y1 if y1 > y0 else y0 + 1)
+    yt, y1 = _value_ticks(y0, y1)
+
+    def xname(t: float) -> str:
+        return _fmt(10**t) if logx else _fmt(t)
+
+    # x ticks: as many as fit without their labels touching
+    xt: list[float] = []
+    fr = _Frame(title, xlabel, ylabel, y_labels=[_fmt(v) for v in yt])
+    for n in (6, 5, 4, 3, 2):
+        xt = _log_ticks(x0, x1, n) if logx else ticks(x0, x1, n)
+        reserve = max(text_width(xname(t)) for t in xt) / 2 + 2
+        fr = _Frame(title, xlabel, ylabel, y_labels=[_fmt(v) for v in yt], x_reserve=reserve)
+        pos = [fr.left + (t - x0) / (x1 - x0) * fr.width for t in xt]
+        if _spread(pos, [xname(t) for t in xt]):
+            break
+    else:
+        xt = [x0, x1]
+
+    def px(t: float) -> float:  # t already on the axis' scale (log10 for logx)
+        return fr.left + (t - x0) / (x1 - x0) * fr.width
 
     def sx(x: float) -> float:
-        return PAD_L + (fx(x) - x0) / (x1 - x0) * (W - PAD_L - PAD_R)
+        return px(fx(x))
 
     def sy(y: float) -> float:
-        return H - PAD_B - (y - y0) / (y1 - y0) * (H - PAD_T - PAD_B)
+        return fr.bottom - (y - y0) / (y1 - y0) * PLOT_H
 
-    out = _frame(title, xlabel, ylabel)
+    out = fr.head()
     out.append(
-        f'<rect x="{PAD_L}" y="{PAD_T}" width="{W - PAD_L - PAD_R}" height="{H - PAD_T - PAD_B}" '
+        f'<rect class="plot" x="{fr.left:.1f}" y="{fr.top:.1f}" width="{fr.width:.1f}" height="{PLOT_H}" '
         'fill="none" stroke="#999"/>'
     )
-    out += y_axis(ticks(y0, y1), sy, PAD_L, grid_to=W - PAD_R)
-    for t in ticks(x0, x1):
-        label = _fmt(10**t) if logx else _fmt(t)
-        out.append(x_label(PAD_L + (t - x0) / (x1 - x0) * (W - PAD_L - PAD_R), H - PAD_B + 14, label))
-    for i, (name, s) in enumerate(series.items()):
+    out += y_axis(yt, sy, fr.left, grid_to=fr.right)
+    row = fr.tick_row()
+    out += [x_label(px(t), row, xname(t)) for t in xt]
+    for i, s in enumerate(series.values()):
         color = COLORS[i % len(COLORS)]
         coords: list[tuple[float, float]] = []
         for j, (x, y) in enumerate(s):
@@ -178,8 +424,8 @@ def line_chart(
         out.append(polyline(coords, color))
         if markers:
             out += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{color}"/>' for x, y in s]
-        out.append(legend_entry(i, name, W - PAD_R + 8, PAD_T))
-    return "\n".join([*out, "</svg>"])
+    foot, height = fr.foot(row, list(series))
+    return fr.finish(out + foot, height)
 
 
 def bar_chart(categories: list[str], series: dict[str, list[float | None]], title: str, ylabel: str) -> str:
@@ -188,19 +434,34 @@ def bar_chart(categories: list[str], series: dict[str, list[float | None]], titl
     if not vals or not categories:
         return empty(title)
     y0, y1 = min(0.0, min(vals)), max(max(vals), 1e-9)
-    plot_w, plot_h = W - PAD_L - PAD_R, H - PAD_T - PAD_B
+    yt, y1 = _value_ticks(y0, y1)
+    fr = _Frame(title, "", ylabel, y_labels=[_fmt(v) for v in yt])
 
     def sy(y: float) -> float:
-        return H - PAD_B - (y - y0) / (y1 - y0) * plot_h
+        return fr.bottom - (y - y0) / (y1 - y0) * PLOT_H
 
-    out = _frame(title, "", ylabel)
-    group_w = plot_w / len(categories)
+    out = fr.head()
+    out.append(
+        f'<rect class="plot" x="{fr.left:.1f}" y="{fr.top:.1f}" width="{fr.width:.1f}" height="{PLOT_H}" '
+        'fill="none" stroke="#eee"/>'
+    )
+    group_w = fr.width / len(categories)
     bar_w = group_w * 0.8 / max(1, len(series))
-    out += y_axis(ticks(y0, y1), sy, PAD_L, grid_to=W - PAD_R)
+    out += y_axis(yt, sy, fr.left, grid_to=fr.right)
+    # category labels: one row if they fit their group, else alternate between two rows, else shortened
+    widest = max(text_width(c) for c in categories)
+    rows = 1 if widest <= group_w - 6 or len(categories) == 1 else 2
+    room = group_w - 6 if rows == 1 else 2 * group_w - 8
+    row = fr.tick_row()
     for ci, cat in enumerate(categories):
-        gx = PAD_L + ci * group_w + group_w * 0.1
-        out.append(x_label(gx + group_w * 0.4, H - PAD_B + 14, cat))
-        for si, (_, s) in enumerate(series.items()):
+        gx = fr.left + ci * group_w + group_w * 0.1
+        label = fit(cat, room)
+        out.append(
+            svg_text(
+                gx + group_w * 0.4, row + (ci % rows) * LINE, label, anchor="middle", full=cat, cls="xtick"
+            )
+        )
+        for si, s in enumerate(series.values()):
             v = s[ci]
             if v is None:
                 continue
@@ -209,8 +470,8 @@ def bar_chart(categories: list[str], series: dict[str, list[float | None]], titl
             out.append(
                 bar(gx + si * bar_w, top, bar_w * 0.95, max(bottom - top, 0.5), color, f"{cat}: {_fmt(v)}")
             )
-    out += legend(series, W - PAD_R + 8, PAD_T)
-    return "\n".join([*out, "</svg>"])
+    foot, height = fr.foot(row + (rows - 1) * LINE, list(series), swatch="box")
+    return fr.finish(out + foot, height)
 
 
 def timeline(rows: dict[str, list[tuple[str, float, float]]], title: str) -> str:
@@ -219,37 +480,47 @@ def timeline(rows: dict[str, list[tuple[str, float, float]]], title: str) -> str
     if not spans:
         return empty(title)
     end = max(s + d for _, s, d in spans) or 1.0
-    plot_w = W - PAD_L - PAD_R
-    out = _frame(title, "seconds since process start", "")
+    totals = [f"{_fmt(sum(d for _, _, d in r))} s" for r in rows.values()]
+    end_label = f"{_fmt(end)} s"
+    fr = _Frame(title, "seconds since process start", "")
+    fr.right = W - MARGIN - max(text_width(t) for t in [*totals, end_label]) - 6
+    plot_w = fr.width
+    out = fr.head()
     names: list[str] = []
-    for ri, (label, r) in enumerate(rows.items()):
-        y = PAD_T + 22 + ri * 56
+    y = fr.top
+    for (label, r), total in zip(rows.items(), totals, strict=True):
         # Row label above its bar, phase names in a legend: short phases are too thin to label.
-        out.append(f'<text x="{PAD_L}" y="{y - 4}">{escape(label)}</text>')
+        out.append(svg_text(fr.left, y + FONT, fit(label, plot_w), full=label, cls="rowlabel"))
+        bar_y = y + LINE + 2
         for name, start, dur in r:
             if name not in names:
                 names.append(name)
-            x = PAD_L + start / end * plot_w
+            x = fr.left + start / end * plot_w
             color = COLORS[names.index(name) % len(COLORS)]
             out.append(
-                f'<rect x="{x:.1f}" y="{y}" width="{max(dur / end * plot_w, 1):.1f}" height="20" '
+                f'<rect x="{x:.1f}" y="{bar_y:.1f}" width="{max(dur / end * plot_w, 1):.1f}" height="20" '
                 f'fill="{color}"><title>{escape(name)}: {dur:.3f} s</title></rect>'
             )
-        out.append(f'<text x="{PAD_L + plot_w + 4}" y="{y + 14}">{_fmt(sum(d for _, _, d in r))} s</text>')
-    for i, name in enumerate(names):
-        ly = PAD_T + 22 + len(rows) * 56 + i * 14
-        out.append(
-            f'<rect x="{PAD_L}" y="{ly - 9}" width="10" height="10" fill="{COLORS[i % len(COLORS)]}"/>'
-            f'<text x="{PAD_L + 14}" y="{ly}">{escape(name)}</text>'
-        )
-    out.append(f'<text x="{PAD_L}" y="{H - PAD_B + 14}">0</text>')
-    out.append(f'<text x="{W - PAD_R}" y="{H - PAD_B + 14}" text-anchor="end">{_fmt(end)} s</text>')
-    return "\n".join([*out, "</svg>"])
+        out.append(svg_text(fr.right + 6, bar_y + 14, total))
+        y = bar_y + 20 + 10
+    out.append(f'<line x1="{fr.left:.1f}" x2="{fr.right:.1f}" y1="{y:.1f}" y2="{y:.1f}" stroke="#999"/>')
+    row = y + 4 + FONT
+    out.append(svg_text(fr.left, row, "0"))
+    out.append(svg_text(fr.right, row, end_label, anchor="end"))
+    foot, height = fr.foot(row, names, swatch="box")
+    return fr.finish(out + foot, height)
 
 
 def empty(title: str) -> str:
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="60" font-family="sans-serif">'
-        f'<text x="10" y="20" font-weight="bold">{escape(title)}</text>'
-        '<text x="10" y="44">no data in this run</text></svg>'
+    lines = wrap(title, W - 2 * MARGIN, TITLE_FONT, bold=True)
+    y = MARGIN + TITLE_FONT + (len(lines) - 1) * TITLE_LINE
+    return "\n".join(
+        [
+            open_svg(W, math.ceil(y + LINE + 4 + MARGIN), font_size=FONT),
+            svg_text(
+                MARGIN, MARGIN + TITLE_FONT, lines, size=TITLE_FONT, bold=True, full=title, line_h=TITLE_LINE
+            ),
+            svg_text(MARGIN, y + LINE + 4, "no data in this run"),
+            "</svg>",
+        ]
     )

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from netgain.loadgen.analysis.svg import bar, escape, open_svg, polygon, x_label, y_axis
+from netgain.loadgen.analysis.svg import bar, escape, fit, open_svg, polygon, svg_text, x_label, y_axis
 from netgain.loadgen.traces.model import Trace
 
 Bin = tuple[float, float, int]  # (low, high, count); low == high == 0 counts zeros
@@ -163,11 +163,14 @@ def svg_plot(trace: Trace, info: dict[str, Any]) -> str:
     bin_s = info["duration_s"] / max(rates.shape[0], 1) if rates.shape[0] else info["bin_s"]
     pw, ph = W - 2 * m, 200
     top = float(rates.max()) if rates.shape[0] and rates.max() > 0 else 1.0
+    head = (
+        f"{info['source'] or 'trace'}: {info['requests']:,} requests, {info['duration_s']:.1f} s, "
+        f"mean {info['mean_rate']:.1f} req/s"
+    )
     out = [
         open_svg(W, H),
         f'<rect width="{W}" height="{H}" fill="white"/>',
-        f'<text x="{m}" y="22" font-size="14">{escape(info["source"] or "trace")}: {info["requests"]:,} '
-        f"requests, {info['duration_s']:.1f} s, mean {info['mean_rate']:.1f} req/s</text>",
+        svg_text(m, 22, fit(head, W - m - 10, 14), size=14, full=head),
     ]
     out += _panel(m, 50, pw, ph, f"rate over time (req/s, {_fmt(info['bin_s'])} s bins)", "seconds", top)
     if rates.shape[0]:
