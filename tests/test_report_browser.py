@@ -26,6 +26,7 @@ from analysis_fixtures import make_run
 from PIL import Image
 
 from netgain.loadgen.analysis import build_report, write_outputs
+from netgain.loadgen.analysis.crossover import crossover
 from netgain.loadgen.traces import inspect_trace, synthesize
 from netgain.loadgen.traces.render import svg_plot
 
@@ -118,15 +119,22 @@ def _reports(root: Path) -> dict[str, dict[str, Any]]:
         )
         for rate, q, b in ((100, 1.0, 1), (200, 5.0, 4), (400, 80.0, 16))
     ]
+    compare = build_report(
+        gpu,
+        baseline_dir=cpu,
+        price_per_hour=3.5,
+        baseline_price_per_hour=0.68,
+        slo_p99_ms=100.0,
+        bootstrap=20,
+    )
+    # as netgain compare adds it: the crossover chart is drawn into the same page
+    sides = {
+        "baseline": {"capacity_rps": 60.0, "price_per_hour": 0.68, "device": "cpu"},
+        "treatment": {"capacity_rps": 500.0, "price_per_hour": 3.5, "device": "cuda"},
+    }
+    compare["crossover"] = crossover([50, 100, 200, 400], sides, slo_p99_ms=100.0)
     return {
-        "compare": build_report(
-            gpu,
-            baseline_dir=cpu,
-            price_per_hour=3.5,
-            baseline_price_per_hour=0.68,
-            slo_p99_ms=100.0,
-            bootstrap=20,
-        ),
+        "compare": compare,
         "sweep": build_report(sweep[0], sweep_dirs=sweep, slo_p99_ms=50.0, price_per_hour=3.6, bootstrap=0),
     }
 

@@ -164,7 +164,7 @@ def _log_ticks(lo: float, hi: float) -> list[float]:
 # Laid out within the viewBox: the plot, its axes, then one row each for the two sides and the
 # crossover below it (full width, so no label runs past the edge)
 _W, _L, _R, _T, _PLOT_H, _ROW = 640, 64, 16, 28, 200, 15
-_H = _T + _PLOT_H + 50 + 2 * _ROW + 10
+_H = _T + _PLOT_H + 54 + 2 * _ROW + 10
 
 
 def plot(c: dict[str, Any]) -> str:
@@ -204,13 +204,14 @@ def plot(c: dict[str, Any]) -> str:
         svg.open_svg(_W, _H, font_size=11),
         f'<text x="{_L}" y="16" font-size="13" font-weight="bold">{svg.escape(title)}</text>',
         f'<rect x="{_L}" y="{_T}" width="{_W - _L - _R}" height="{_PLOT_H}" fill="none" stroke="#999"/>',
-        svg.x_label((_W - _R + _L) / 2, bottom + 32, "request rate, req/s" + (" (log)" if logx else "")),
+        svg.x_label((_W - _R + _L) / 2, bottom + 36, "request rate, req/s" + (" (log)" if logx else "")),
         f'<text x="12" y="{_T + _PLOT_H / 2}" transform="rotate(-90 12 {_T + _PLOT_H / 2})" '
         'text-anchor="middle">$ per 1k successful (log)</text>',
     ]
     out += svg.y_axis(_log_ticks(10**y0, 10**y1), sy, _L, grid_to=_W - _R, label=lambda v: f"{v:.2g}")
-    out += [svg.x_label(sx(r), bottom + 14, f"{r:g}") for r in rates]
-    rows = bottom + 50  # the legend's first row, below the axis label
+    # the tick labels low enough to clear the lowest y tick label at the corner
+    out += [svg.x_label(sx(r), bottom + 19, f"{r:g}") for r in rates]
+    rows = bottom + 54  # the legend's first row, below the axis label
     for i, (name, s) in enumerate(series.items()):
         color = svg.COLORS[i % len(svg.COLORS)]
         if s:
