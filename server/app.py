@@ -32,6 +32,7 @@ from netgain.server.handlers.base import Handler
 from netgain.server.oip import OipServicer, model_io
 from netgain.server.service import InferenceServicer, Limits
 from netgain.server.telemetry.metrics import ServerMetrics
+from netgain.server.telemetry.otlp import build_tracing
 from netgain.server.telemetry.recorder import Recorder, SpanLog
 from netgain.server.telemetry.samplers import Sampler
 
@@ -87,8 +88,15 @@ class Server:
         self.metrics = ServerMetrics(self.registry, self.handler.name, self.device)
         self.requests = RequestQueue(cfg.max_queue_size)
         span_log = SpanLog(cfg.span_log, cfg.span_log_max_bytes) if cfg.span_log else None
+        tracer, exporter = build_tracing(
+            cfg.otlp_endpoint, self.metrics if cfg.instrumentation else None, self.handler.name, self.device
+        )
         self.recorder = Recorder(
-            self.metrics if cfg.instrumentation else None, span_log, cfg.recorder_interval_s
+            self.metrics if cfg.instrumentation else None,
+            span_log,
+            cfg.recorder_interval_s,
+            tracer=tracer,
+            exporter=exporter,
         )
         self.runners = [
             DeviceRunner(self.handler, self.device, cfg.dtype, cfg.nvtx, cfg.cuda_graphs)
@@ -97,7 +105,7 @@ class Server:
         self.servicer = InferenceServicer(
             self.handler.name,
             self.requests,
-            self.recorder if cfg.instrumentation or span_log else None,
+            self.recorder if cfg.instrumentation or span_log or tracer else None,
             Limits(cfg.max_items_per_request, cfg.max_message_bytes),
             self.info,
             self.start_profile,

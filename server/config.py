@@ -38,6 +38,7 @@ class ServeConfig:
     sample_interval_s: float = 1.0
     recorder_interval_s: float = 0.05
     ports_file: str | None = None
+    otlp_endpoint: str | None = None  # OTLP/HTTP receiver (http://host:4318): spans per request
     grace_s: float = 30.0
     switch_interval_ms: float = 1.0
 
@@ -59,6 +60,10 @@ class ServeConfig:
             (self.sample_interval_s > 0, "--sample-interval-s must be > 0"),
             (self.recorder_interval_s > 0, "--recorder-interval-s must be > 0"),
             (self.switch_interval_ms > 0, "--switch-interval-ms must be > 0"),
+            (
+                not self.otlp_endpoint or self.otlp_endpoint.startswith(("http://", "https://")),
+                "--otlp-endpoint must be an http:// or https:// URL (an OTLP/HTTP receiver, port 4318)",
+            ),
         ]
         workers = self.workers
         if isinstance(workers, str) and workers != "auto":

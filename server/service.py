@@ -17,6 +17,8 @@ from netgain.protos import inference_pb2 as pb
 from netgain.server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
 from netgain.server.telemetry.recorder import Recorder
 
+TRACEPARENT_KEY = "traceparent"  # W3C Trace Context, as gRPC metadata (lower-case, as all keys)
+
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}\Z")  # \Z: "$" would accept a trailing newline
 
 
@@ -108,14 +110,26 @@ class InferenceServicer:
         assert self._loop is not None
         self._loop.call_soon_threadsafe(_resolve_all, reqs)
 
-    def _request_id(self, context: Any, fallback: str = "") -> tuple[str, str | None]:
+    def _request_id(self, context: Any, fallback: str = "") -> tuple[str, str | None, str]:
+        """(request id, why it is refused or None, the raw W3C traceparent or ""): one pass over
+        the metadata; the traceparent is validated off the event loop, by the recorder thread."""
+        rid: str | None = None
+        traceparent = ""
         for key, value in context.invocation_metadata() or ():
-            if key == REQUEST_ID_KEY:
-                if not value.isascii():  # gRPC decoded non-UTF-8 bytes as Latin-1
-                    return "invalid", "x-request-id must be ASCII: 1-128 characters of A-Z a-z 0-9 . _ : -"
-                if not REQUEST_ID_RE.match(value):
-                    return "invalid", "x-request-id must be 1-128 characters of A-Z a-z 0-9 . _ : -"
-                return value, None
+            if key == REQUEST_ID_KEY and rid is None:
+                rid = value
+            elif key == TRACEPARENT_KEY:
+                traceparent = value
+        if rid is not None:
+            if not rid.isascii():  # gRPC decoded non-UTF-8 bytes as Latin-1
+                return "invalid", "x-request-id must be ASCII: 1-128 characters of A-Z a-z 0-9 . _ : -", ""
+            if not REQUEST_ID_RE.match(rid):
+                return "invalid", "x-request-id must be 1-128 characters of A-Z a-z 0-9 . _ : -", ""
+            return rid, None, traceparent
+        rid, bad = self._fallback_id(fallback)
+        return rid, bad, traceparent
+
+    def _fallback_id(self, fallback: str) -> tuple[str, str | None]:
         if fallback:
             if not REQUEST_ID_RE.match(fallback):
                 return "invalid", "the request id must be 1-128 characters of A-Z a-z 0-9 . _ : -"
@@ -158,8 +172,10 @@ class InferenceServicer:
         ``fallback_id`` is a request id the protocol carries when the metadata has none."""
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        rid, bad_id = self._request_id(context, fallback_id)
+        rid, bad_id, traceparent = self._request_id(context, fallback_id)
         p = Pending(rid, inputs, arrival)
+        if traceparent:
+            p.traceparent = traceparent
         error: tuple[Any, str] | None = None
         if bad_id:
             error = (grpc.StatusCode.INVALID_ARGUMENT, bad_id)

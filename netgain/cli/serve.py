@@ -68,6 +68,13 @@ def add_parser(sub: Any) -> None:
     flag(p, "--max-items-per-request", type=int, default=256, help="most inputs in one request")
     flag(p, "--span-log", default=None, help="write one JSON line per request to this file")
     flag(p, "--span-log-max-mb", type=float, default=0.0, help="rotate the span log to FILE.1 past this size")
+    flag(
+        p,
+        "--otlp-endpoint",
+        default=None,
+        help="export each request's phases as OpenTelemetry spans to this OTLP/HTTP receiver "
+        "(http://host:4318; POST /v1/traces), continuing the client's W3C traceparent",
+    )
     flag(p, "--warmup-batches", type=int, default=3, help="warm-up rounds before health turns SERVING")
     flag(
         p,
@@ -139,6 +146,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         max_items_per_request=args.max_items_per_request,
         span_log=args.span_log,
         span_log_max_bytes=int(args.span_log_max_mb * MIB),
+        otlp_endpoint=args.otlp_endpoint,
         warmup_batches=args.warmup_batches,
         handler_options=key_values(args.handler_option, "--handler-option"),
         seed=args.seed,

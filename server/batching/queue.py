@@ -45,6 +45,10 @@ class Pending:
     post_start_ns: int = 0
     # The server-timing trailer up to post, formatted off the event loop ("" when not made).
     timing_head: str = ""
+    # The client's W3C traceparent, raw (validated off the event loop, server/telemetry/otlp.py).
+    traceparent: str = ""
+    # (trace id, span id, parent span id or b""), assigned by the recorder thread when traced.
+    trace: tuple[bytes, bytes, bytes] | None = None
 
     @property
     def n_items(self) -> int:

@@ -225,6 +225,7 @@ class Frontend:
         from netgain.server.app import start_grpc
         from netgain.server.service import InferenceServicer, Limits
         from netgain.server.telemetry.metrics import ServerMetrics
+        from netgain.server.telemetry.otlp import build_tracing
         from netgain.server.telemetry.recorder import Recorder, SpanLog
         from netgain.server.telemetry.samplers import Sampler
 
@@ -234,17 +235,22 @@ class Frontend:
         registry = CollectorRegistry()
         metrics = ServerMetrics(registry, self.handler.name, self.device)
         span_log = SpanLog(cfg.span_log, cfg.span_log_max_bytes) if cfg.span_log else None
+        tracer, exporter = build_tracing(
+            cfg.otlp_endpoint, metrics if cfg.instrumentation else None, self.handler.name, self.device
+        )
         recorder = Recorder(
             metrics if cfg.instrumentation else None,
             span_log,
             cfg.recorder_interval_s,
             per_request_phases=True,
+            tracer=tracer,
+            exporter=exporter,
         )
         max_items = min(cfg.max_items_per_request, self.handoff.ring.slots)
         self.servicer = InferenceServicer(
             self.handler.name,
             self.handoff,  # type: ignore[arg-type]
-            recorder if cfg.instrumentation or span_log else None,
+            recorder if cfg.instrumentation or span_log or tracer else None,
             Limits(max_items, cfg.max_message_bytes),
             self.info,
             self._no_profile,

@@ -25,8 +25,10 @@ SERIES = ("total", *PHASES)  # the series, in this order; add() takes indexes in
 ALL = tuple(range(len(SERIES)))
 PER_REQUEST = (0, SERIES.index("queue"), SERIES.index("post"))  # the rest are shared by a batch
 SHARED = tuple(i for i in ALL if i not in PER_REQUEST)
-# OpenMetrics caps an exemplar's labels at 128 characters: ids longer than 118 get no exemplar.
+# OpenMetrics caps an exemplar's labels at 128 characters (names and values together): ids longer
+# than 118 get no exemplar; a trace id (32 hex digits) rides beside ids of up to 78.
 EXEMPLAR_ID_CHARS = 128 - len("request_id")
+EXEMPLAR_ID_CHARS_WITH_TRACE = EXEMPLAR_ID_CHARS - len("trace_id") - 32
 
 
 class DurationHistograms:
@@ -38,9 +40,16 @@ class DurationHistograms:
         self.hist = Histogram(buckets, series=len(SERIES), name="netgain_request_duration_seconds")
         self.exemplars: list[Exemplar | None] = [None] * (len(self.hist.bounds) + 1)  # +Inf last
 
-    def add(self, seconds: np.ndarray, request_ids: Sequence[str], series: Sequence[int] = ALL) -> None:
+    def add(
+        self,
+        seconds: np.ndarray,
+        request_ids: Sequence[str],
+        series: Sequence[int] = ALL,
+        trace_ids: Sequence[str] | None = None,
+    ) -> None:
         """``seconds``: shape (requests, len(series)); ``series`` are indexes into SERIES, the
-        first of them 0 (the total, which carries the exemplars)."""
+        first of them 0 (the total, which carries the exemplars). ``trace_ids``: each request's
+        W3C trace id in hex ("" for none), added to its exemplar when both fit in 128 characters."""
         if seconds.size == 0:
             return
         now = time.time()
@@ -58,7 +67,12 @@ class DurationHistograms:
         last = dict(zip(buckets.tolist(), rows[::-1][first].tolist(), strict=True))
         with self.hist.lock:
             for b, i in last.items():
-                self.exemplars[b] = Exemplar({"request_id": request_ids[i]}, float(seconds[i, 0]), now)
+                rid = request_ids[i]
+                labels = {"request_id": rid}
+                tid = trace_ids[i] if trace_ids is not None else ""
+                if tid and len(rid) <= EXEMPLAR_ID_CHARS_WITH_TRACE:
+                    labels["trace_id"] = tid
+                self.exemplars[b] = Exemplar(labels, float(seconds[i, 0]), now)
 
     def add_repeated(self, series: Sequence[int], seconds: Sequence[float], count: int) -> None:
         """``count`` requests with the same ``seconds`` in each of ``series`` (a batch's shared

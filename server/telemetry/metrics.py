@@ -67,6 +67,18 @@ class ServerMetrics:
             (*lab, "role"),
             registry=registry,
         )
+        self.otlp_spans_exported = Counter(
+            "netgain_otlp_spans_exported",
+            "Spans accepted by the OTLP receiver (--otlp-endpoint).",
+            lab,
+            registry=registry,
+        )
+        self.otlp_spans_dropped = Counter(
+            "netgain_otlp_spans_dropped",
+            "Spans not exported: reason queue_full (the exporter's bounded queue) or export_failed.",
+            (*lab, "reason"),
+            registry=registry,
+        )
         self.cpu_cores = Gauge(
             "netgain_cpu_cores", "CPU cores this process may run on.", lab, registry=registry
         )

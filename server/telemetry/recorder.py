@@ -23,6 +23,7 @@ from netgain.contract.phases import PHASES
 from netgain.server.batching.queue import Pending
 from netgain.server.telemetry.histograms import PER_REQUEST, SERIES, SHARED
 from netgain.server.telemetry.metrics import ServerMetrics
+from netgain.server.telemetry.otlp import OtlpExporter, TraceBuilder, parse_traceparent
 from netgain.server.threadnames import name_os_thread
 
 log = logging.getLogger("netgain.server")
@@ -94,8 +95,13 @@ class Recorder:
         interval_s: float = 0.05,
         wall_offset_ns: int | None = None,
         per_request_phases: bool = False,
+        tracer: TraceBuilder | None = None,
+        exporter: OtlpExporter | None = None,
     ) -> None:
         self.metrics = metrics
+        # OTLP: spans built here (tracer) and posted by the exporter's own thread; both or neither.
+        self.tracer = tracer
+        self.exporter = exporter
         # A frontend process sees no batch: it observes every phase of each request itself.
         self.per_request_phases = per_request_phases
         self.span_log = span_log
@@ -104,25 +110,34 @@ class Recorder:
         self.wall_offset_ns = (
             wall_offset_ns if wall_offset_ns is not None else time.time_ns() - time.perf_counter_ns()
         )
+        if tracer is not None:
+            tracer.wall_offset_ns = self.wall_offset_ns
         # Plain values (ids, durations, codes), not Pending objects, which the GC would traverse till drained.
-        self._ids: deque[str] = deque()
+        self._ids: deque[str | Pending] = deque()
         self._rows: deque[tuple[int, ...]] = deque()
         self._failed: deque[str] = deque()
         self._logged: deque[tuple[Pending, int]] = deque()
         self._batches: deque[tuple[int, int, tuple[int, ...], int]] = deque()
+        # Traced requests and batches (only with OTLP): these hold the requests till drained.
+        self._traced: deque[tuple[Pending, int]] = deque()
+        self._traced_batches: deque[tuple[Sequence[Pending], int, int, int]] = deque()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="netgain-recorder", daemon=True)
         self.kernel_ns_total = 0
         self.pid = os.getpid()  # which process answered: with --workers, one of the frontends
 
     def start(self) -> None:
+        if self.exporter is not None:
+            self.exporter.start()
         self._thread.start()
 
     def request_done(self, p: Pending, total_ns: int) -> None:
         """On the event loop, once per request: appends only (the drain thread does the rest)."""
         if self.metrics is not None:
             if p.code == "OK":
-                self._ids.append(p.request_id)  # before the row: the drain takes as many as rows
+                # Before the row: the drain takes as many as rows. A traced request goes whole, so
+                # its exemplar can carry the trace id the drain assigns.
+                self._ids.append(p if p.traceparent or self.tracer is not None else p.request_id)
                 spans = p.spans  # the batch-wide phases come once per batch, in batch_done
                 self._rows.append((total_ns, spans["queue"], spans["post"]))
                 if self.per_request_phases:
@@ -131,10 +146,14 @@ class Recorder:
                 self._failed.append(p.code)
         if self.span_log is not None:
             self._logged.append((p, total_ns))
+        if self.tracer is not None:
+            self._traced.append((p, total_ns))
 
     def batch_done(self, size: int, kernel_ns: int, requests: Sequence[Pending] = ()) -> None:
         """On a post-processing thread, once per batch: ``requests`` are the batch's; the phases
         they share (pre, h2d, kernel, d2h) are observed once, counted for each OK request."""
+        if self.tracer is not None and requests:
+            self._traced_batches.append((requests, size, kernel_ns, time.perf_counter_ns()))
         if self.metrics is None:
             self._batches.append((size, kernel_ns, (), 0))
             return
@@ -153,6 +172,8 @@ class Recorder:
         self._drain()
         if self.span_log is not None:
             self.span_log.close()
+        if self.exporter is not None:
+            self.exporter.stop()
 
     def _loop(self) -> None:
         name_os_thread()
@@ -174,6 +195,12 @@ class Recorder:
                 m.kernel_child.inc(kernel_ns / 1e9)
             if m is not None and ok:
                 m.durations.add_repeated(SHARED, [v / 1e9 for v in shared], ok)
+        spans: list[Any] = []
+        tracer = self.tracer
+        if tracer is not None:
+            while self._traced_batches:
+                requests, size, kernel_ns, end_ns = self._traced_batches.popleft()
+                spans.append(tracer.batch_span(requests, size, kernel_ns, end_ns))
         if m is not None:
             # Appenders only add at the other end; ids are appended before rows, so there are
             # at least as many ids as rows taken.
@@ -184,10 +211,10 @@ class Recorder:
             if n:
                 m.requests_with("OK").inc(n)
                 rows = [self._rows.popleft() for _ in range(n)]
-                ids = [self._ids.popleft() for _ in range(n)]
+                ids, trace_ids = self._take_ids(n)
                 flat = itertools.chain.from_iterable(rows)  # cheaper than np.array(rows)
                 values = np.fromiter(flat, dtype=np.float64, count=n * len(PER_REQUEST))
-                m.durations.add(values.reshape(n, len(PER_REQUEST)) / 1e9, ids, PER_REQUEST)
+                m.durations.add(values.reshape(n, len(PER_REQUEST)) / 1e9, ids, PER_REQUEST, trace_ids)
         if self.span_log is not None:
             logged = [self._logged.popleft() for _ in range(len(self._logged))]
             for p, total_ns in logged:
@@ -197,3 +224,28 @@ class Recorder:
         if lines and self.span_log is not None:
             self.span_log.write(lines)
             self.span_log.flush()
+        if tracer is not None and self.exporter is not None:
+            traced = [self._traced.popleft() for _ in range(len(self._traced))]
+            for p, total_ns in traced:
+                spans.extend(tracer.request_spans(p, total_ns))
+            self.exporter.submit(spans)
+
+    def _take_ids(self, n: int) -> tuple[list[str], list[str] | None]:
+        """The next ``n`` request ids and, when any is traced, their trace ids in hex ("" for none)."""
+        taken = [self._ids.popleft() for _ in range(n)]
+        ids: list[str] = []
+        trace_ids: list[str] = []
+        traced = False
+        for x in taken:
+            if isinstance(x, str):
+                ids.append(x)
+                trace_ids.append("")
+                continue
+            traced = True
+            ids.append(x.request_id)
+            if self.tracer is not None:
+                trace_ids.append(self.tracer.context(x)[0].hex())
+            else:
+                parsed = parse_traceparent(x.traceparent)
+                trace_ids.append(parsed[0].hex() if parsed else "")
+        return ids, trace_ids if traced else None

@@ -30,11 +30,13 @@ _OWN_ROLES = (
     ("ng-batcher", "batcher"),
     ("ng-recorder", "telemetry"),
     ("ng-sampler", "telemetry"),
+    ("ng-otlp", "telemetry"),
     ("netgain-prepost", "prepost"),
     ("netgain-device", "device"),
     ("netgain-batcher", "batcher"),
     ("netgain-recorder", "telemetry"),
     ("netgain-sampler", "telemetry"),
+    ("netgain-otlp", "telemetry"),
 )
 _OTHER_ROLES = (
     ("grpc", "grpc"),
