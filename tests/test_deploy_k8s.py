@@ -256,9 +256,16 @@ def test_loadgen_master_and_workers_agree_with_code() -> None:
     assert remote == worker_dep["spec"]["replicas"], "the master waits for exactly this many workers"
     assert m.workers == 0
     assert m.out and m.out.startswith("/runs/")
-    host, _, tport = m.target.partition(":")
+    # round_robin over the pods: a dns:/// name of a headless Service (engine.channel_options)
+    assert m.target.startswith("dns:///"), m.target
+    host, _, tport = m.target.removeprefix("dns:///").partition(":")
+    assert host == "netgain-server-cpu-pods"
     target = named("Service", host)
+    assert target["spec"]["clusterIP"] == "None", "a headless Service: DNS returns every pod"
     assert int(tport) in {p["port"] for p in target["spec"]["ports"]}
+    server = named("Deployment", "netgain-server-cpu")
+    labels = server["spec"]["template"]["metadata"]["labels"]
+    assert target["spec"]["selector"].items() <= labels.items(), "the headless Service selects the pods"
     for c in (master, worker):
         assert c["image"] == f"netgain:{VERSION}-cpu"
     # exact flag names the runbooks use

@@ -450,3 +450,57 @@ def test_wait_ready_says_when_there_is_no_health_service() -> None:
         stand_in.kill()
         stand_in.wait(10)
         bare.stop(0)
+
+
+def test_channel_options_round_robin_only_for_dns_targets() -> None:
+    import json
+
+    from netgain.loadgen.runner.engine import CHANNEL_OPTIONS, ROUND_ROBIN, channel_options
+
+    assert channel_options("127.0.0.1:50051", 1) == CHANNEL_OPTIONS  # pick_first, shared pool
+    assert channel_options("127.0.0.1:50051", 4) == [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
+    rr = channel_options("dns:///netgain-server-cpu-pods:50051", 2)
+    assert rr == [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1), ROUND_ROBIN]
+    assert ROUND_ROBIN[0] == "grpc.service_config"
+    assert json.loads(ROUND_ROBIN[1]) == {"loadBalancingConfig": [{"round_robin": {}}]}
+    assert ROUND_ROBIN in channel_options("dns://10.0.0.10/name:50051", 1)
+
+
+def test_round_robin_service_config_spreads_calls_over_addresses() -> None:
+    """Real channels: a plain 127.0.0.1:PORT and a dns:/// name work with the engine's options,
+    and the service config spreads one channel's calls over every resolved address."""
+    from concurrent import futures
+
+    import grpc
+
+    from netgain.loadgen.runner.engine import ROUND_ROBIN, channel_options
+
+    hits: list[int] = []
+    servers, ports = [], []
+    for k in range(2):
+
+        def handler(req: bytes, ctx: Any, k: int = k) -> bytes:
+            hits.append(k)
+            return req
+
+        srv = grpc.server(futures.ThreadPoolExecutor(2))
+        rpc = grpc.unary_unary_rpc_method_handler(handler)
+        srv.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("t.S", {"M": rpc})])
+        ports.append(srv.add_insecure_port("127.0.0.1:0"))
+        srv.start()
+        servers.append(srv)
+    try:
+        for target in (f"127.0.0.1:{ports[0]}", f"dns:///127.0.0.1:{ports[0]}"):
+            with grpc.insecure_channel(target, channel_options(target, 2)) as ch:
+                assert ch.unary_unary("/t.S/M")(b"x", timeout=10) == b"x"
+        assert hits == [0, 0]
+        hits.clear()
+        both = f"ipv4:127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"  # two addresses, as a headless name
+        with grpc.insecure_channel(both, [ROUND_ROBIN]) as ch:
+            grpc.channel_ready_future(ch).result(timeout=10)
+            for _ in range(20):
+                ch.unary_unary("/t.S/M")(b"x", timeout=10, wait_for_ready=True)
+        assert set(hits) == {0, 1}, hits
+    finally:
+        for srv in servers:
+            srv.stop(None)

@@ -17,6 +17,7 @@ import collections
 import contextlib
 import ctypes
 import fcntl
+import json
 import logging
 import math
 import os
@@ -51,6 +52,22 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 500),
 ]
+# A dns:/// target (a headless Service) resolves to every ready pod; round_robin spreads each
+# channel's requests over all of them (gRPC's default, pick_first, sends everything to one).
+ROUND_ROBIN = ("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]}))
+
+
+def channel_options(target: str, connections: int) -> list[tuple[str, Any]]:
+    """Options of each of a target's ``connections`` channels: reconnect backoff; a local
+    subchannel pool when there are several (gRPC otherwise shares one connection among channels
+    with the same target and options); round_robin over the resolved addresses for a ``dns:``
+    target. A plain HOST:PORT keeps pick_first, so its ``--connections`` are unchanged."""
+    opts: list[tuple[str, Any]] = list(CHANNEL_OPTIONS)
+    if connections > 1:
+        opts.append(("grpc.use_local_subchannel_pool", 1))
+    if target.startswith("dns:"):
+        opts.append(ROUND_ROBIN)
+    return opts
 
 
 _NO_SERVER: dict[str, Any] = dict.fromkeys(SERVER_COLUMNS)
@@ -173,21 +190,23 @@ class Engine:
         return True
 
     def _channels(self) -> list[list[grpc.aio.Channel]]:
-        """``connections`` channels per target. A local subchannel pool gives each its own TCP
-        connection (gRPC otherwise shares one among channels with the same target and options)."""
+        """``connections`` channels per target (options: ``channel_options``). With round_robin
+        (a ``dns:`` target) each channel connects to every resolved address: N per pod."""
         n = max(1, self.plan.connections)
-        opts = CHANNEL_OPTIONS + ([("grpc.use_local_subchannel_pool", 1)] if n > 1 else [])
         creds = None
         if self.plan.tls_ca:
             with open(self.plan.tls_ca, "rb") as fh:
                 creds = grpc.ssl_channel_credentials(fh.read())
-        return [
-            [
-                grpc.aio.secure_channel(t, creds, opts) if creds else grpc.aio.insecure_channel(t, opts)
-                for _ in range(n)
-            ]
-            for t in self.plan.targets
-        ]
+        out = []
+        for t in self.plan.targets:
+            opts = channel_options(t, n)
+            out.append(
+                [
+                    grpc.aio.secure_channel(t, creds, opts) if creds else grpc.aio.insecure_channel(t, opts)
+                    for _ in range(n)
+                ]
+            )
+        return out
 
     async def run(self, epoch_unix_ns: int) -> None:
         self.epoch_perf_ns = time.perf_counter_ns() + (epoch_unix_ns - time.time_ns())

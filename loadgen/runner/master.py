@@ -194,11 +194,16 @@ class Master:
         total_s = cfg.warmup_s + cfg.duration_s
         hard_stop = time.monotonic() + total_s + cfg.timeout_s + 60.0
         rate = len(self.schedule) / max(total_s, 1e-9) if cfg.mode == "open" else 0.0
+        # A dns: target is a name for several pods (round_robin): one URL would reach a different
+        # pod per lookup and mix their counters into one series, so it is not scraped.
         urls = [
             (f"http://{t.rsplit(':', 1)[0]}:{info.metrics_port}/metrics", f"server:{t}")
             for t, info in zip(cfg.targets, infos, strict=False)  # unprobed targets are not scraped
-            if info.metrics_port > 0
+            if info.metrics_port > 0 and not t.startswith("dns:")
         ]
+        for t in cfg.targets:
+            if t.startswith("dns:"):
+                self.log(f"{t}: several pods behind one name; /metrics not scraped (use Prometheus)")
         last_tick = time.monotonic()
         while not self.workers.finished():
             gevent.sleep(0.25)
