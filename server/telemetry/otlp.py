@@ -68,11 +68,11 @@ def _attrs(pb: Any, values: dict[str, str | int]) -> list[Any]:
     return out
 
 
+_GRPC_CODES = {c.name: int(c.value[0]) for c in grpc.StatusCode}
+
+
 def _grpc_code(name: str) -> int:
-    try:
-        return int(grpc.StatusCode[name].value[0])
-    except KeyError:
-        return int(grpc.StatusCode.UNKNOWN.value[0])
+    return _GRPC_CODES.get(name, _GRPC_CODES["UNKNOWN"])
 
 
 class TraceBuilder:
@@ -93,6 +93,9 @@ class TraceBuilder:
         self.pid = pid
         self.wall_offset_ns = wall_offset_ns  # perf_counter_ns → unix ns (the Recorder sets its own)
         self._rand = random.Random(os.urandom(16))
+        self._constant = _attrs(
+            common_pb2, {"netgain.model": model, "netgain.device": device, "process.pid": pid}
+        )
 
     def _id(self, n: int) -> bytes:
         while True:
@@ -117,14 +120,11 @@ class TraceBuilder:
         start = p.arrival_ns + self.wall_offset_ns
         attrs: dict[str, str | int] = {
             "netgain.request_id": p.request_id,
-            "netgain.model": self.model,
-            "netgain.device": self.device,
             "netgain.batch.id": p.batch_id,
             "netgain.batch.size": p.batch_size,
             "netgain.items": p.n_items,
             "netgain.code": p.code,
             "rpc.grpc.status_code": _grpc_code(p.code),
-            "process.pid": self.pid,
         }
         status = (
             tpb.Status(code=STATUS_CODE_ERROR, message=p.message)
@@ -141,12 +141,11 @@ class TraceBuilder:
                 kind=SPAN_KIND_SERVER,
                 start_time_unix_nano=start,
                 end_time_unix_nano=start + total_ns,
-                attributes=_attrs(self._common, attrs),
+                attributes=[*_attrs(self._common, attrs), *self._constant],
                 status=status,
             )
         ]
-        cursor = start
-        phase_attrs = _attrs(self._common, {"netgain.request_id": p.request_id})
+        cursor = start  # phase spans carry no attributes: their parent has them (cheaper to build)
         for phase in PHASES:
             if phase not in p.spans:
                 continue
@@ -161,7 +160,6 @@ class TraceBuilder:
                     kind=SPAN_KIND_INTERNAL,
                     start_time_unix_nano=cursor,
                     end_time_unix_nano=cursor + dur,
-                    attributes=phase_attrs,
                 )
             )
             cursor += dur
@@ -183,9 +181,6 @@ class TraceBuilder:
             "netgain.batch.size": size,
             "netgain.batch.requests": len(requests),
             "netgain.kernel_ns": kernel_ns,
-            "netgain.model": self.model,
-            "netgain.device": self.device,
-            "process.pid": self.pid,
         }
         return tpb.Span(
             trace_id=self._id(16),
@@ -195,7 +190,7 @@ class TraceBuilder:
             kind=SPAN_KIND_INTERNAL,
             start_time_unix_nano=end - work,
             end_time_unix_nano=end,
-            attributes=_attrs(self._common, attrs),
+            attributes=[*_attrs(self._common, attrs), *self._constant],
             links=links,
         )
 
