@@ -19,7 +19,8 @@ How each arrival model streams:
   ~1 s per 100 M draws).
 - sizes and items come from their own spawned generators, drawn in order a block at a time.
 
-A recorded trace (``from_trace``) is read whole anyway; it is sliced, not copied.
+A recorded trace (``from_trace``) is read whole anyway; it is sliced, not copied. Looped
+(``rescaled``), it is repeated a copy at a time as the schedule streams.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from netgain.loadgen.schedule import Schedule
-from netgain.loadgen.traces.synth import MAX_REQUESTS, _check, parse_items, source_of
+from netgain.loadgen.traces.synth import MAX_REQUESTS, _check, parse_items, rescale, source_of
 
 CHUNK = 4096  # requests per chunk dealt to the workers (all of them together)
 WINDOW = 1 << 20  # sorted uniform draws held at once (8 MB of float64, twice while sorting)
@@ -180,6 +181,93 @@ def from_trace(trace: Any, warmup_s: float = 0.0) -> StreamedSchedule:
         _sliced(np.asarray(trace.items, dtype=np.int32)),
         warmup_s,
         str(getattr(trace, "source", "")),
+    )
+
+
+def _cyclic(a: np.ndarray) -> Callable[[int], Iterator[np.ndarray]]:
+    """``np.tile(a, copies)[:n]`` in slices: the array over and over, never copied whole."""
+
+    def blocks(n: int) -> Iterator[np.ndarray]:
+        done = 0
+        while done < n:
+            for i in range(0, a.shape[0], BLOCK):
+                k = min(BLOCK, a.shape[0] - i, n - done)
+                if k <= 0:
+                    return
+                yield a[i : i + k]
+                done += k
+
+    return blocks
+
+
+def rescaled(
+    trace: Any, warmup_s: float = 0.0, *, rate: float | None = None, duration_s: float | None = None
+) -> StreamedSchedule:
+    """``from_trace(traces.rescale(trace, rate=rate, duration_s=duration_s), warmup_s)``: the same
+    arrivals, sizes, items, ids and digest. When that loops the trace (a duration longer than it,
+    or more requests than it has) the loop is made a copy at a time as the schedule streams, never
+    the looped copy whole: memory is the trace plus a block, however many loops."""
+
+    t = np.asarray(trace.t_s, dtype=np.float64)
+    n = t.shape[0]
+    loops = (
+        duration_s is not None
+        and n >= 2
+        and float(t[-1]) > 0
+        and (duration_s > t[-1] if rate is None else max(round(rate * duration_s), 2) > n)
+    )
+    if not loops:
+        return from_trace(rescale(trace, rate=rate, duration_s=duration_s), warmup_s)
+    assert duration_s is not None
+    _check("duration_s", duration_s)
+    span = float(t[-1])
+    period = span + max(span / (n - 1) - float(t[0]), 0.0)  # as synth._loop spaces the copies
+    count: int | None = None
+    factor: float | None = None
+    if rate is None:
+        copies = math.ceil(duration_s / span) + 1
+        note = f"duration_s={duration_s:g}"
+    else:
+        _check("rate", rate)
+        count = max(round(rate * duration_s), 2)
+        if count > MAX_REQUESTS:
+            raise ValueError(f"rate x duration = {count:,} requests is over the limit of {MAX_REQUESTS:,}")
+        copies = -(-count // n)
+        k, i = divmod(count - 1, n)
+        last = float(t[i]) + float(k) * period
+        if last <= 0:
+            raise ValueError("the first requests of this trace all arrive at 0; cannot stretch them")
+        factor = duration_s / last
+        note = f"rate={rate:g} duration_s={duration_s:g}"
+    if copies * n > MAX_REQUESTS:
+        raise ValueError(f"looping needs {copies * n:,} requests, over the limit of {MAX_REQUESTS:,}")
+
+    def arrivals() -> Iterator[np.ndarray]:
+        left = count
+        for k in range(copies):
+            offset = float(k) * period  # np.arange(copies) * period, one copy at a time
+            for i in range(0, n, BLOCK):
+                block = t[i : i + BLOCK] + offset
+                if factor is not None:
+                    block = block * factor
+                if left is not None:
+                    block = block[:left]
+                    left -= block.shape[0]
+                    yield block
+                    if not left:
+                        return
+                    continue
+                keep = int(np.searchsorted(block, duration_s, side="right"))
+                yield block[:keep]
+                if keep < block.shape[0]:
+                    return
+
+    return StreamedSchedule(
+        arrivals,
+        _cyclic(np.asarray(trace.size, dtype=np.int64)),
+        _cyclic(np.asarray(trace.items, dtype=np.int32)),
+        warmup_s,
+        f"rescaled({getattr(trace, 'source', '')}) {note}",
     )
 
 

@@ -17,7 +17,7 @@ from netgain.contract.messages import Plan
 from netgain.loadgen import stream
 from netgain.loadgen.runner.plans import SEND_AHEAD_S, Dealer, shard_arrays
 from netgain.loadgen.schedule import from_trace
-from netgain.loadgen.traces import synthesize
+from netgain.loadgen.traces import Trace, rescale, synthesize
 
 CASES = [
     ("constant", 300.0, 7.3, {}),
@@ -214,3 +214,44 @@ def test_engine_memory_does_not_grow_with_the_schedule() -> None:
     print({s: (round(p / 1e6, 2), n) for s, (p, n) in peaks.items()})
     assert peaks[50.0][0] < 1.5 * peaks[5.0][0]  # 10x the requests, a flat peak
     assert peaks[50.0][0] < 2 * peaks[0.5][0]  # 100x the requests
+
+
+@pytest.mark.parametrize(
+    ("rate", "duration_s"),
+    [(None, 95.0), (None, 10.0), (None, 25.0), (300.0, 40.0), (50.0, 7.0), (2000.0, 3.0)],
+)
+def test_looped_trace_streamed_is_the_eager_loop(rate: float | None, duration_s: float) -> None:
+    # A 12 s recording starting late (0.5 s), gamma arrivals: looped lazily, copy by copy, it is
+    # the same schedule as rescale's eager np.tile (cut and no-loop cases delegate to it).
+    raw = synthesize("gamma", 80.0, 12.0, seed=3, items="1:0.5,4:0.5", size_bytes=5000, size_sigma=0.5)
+    trace = Trace(raw.t_s + 0.5, raw.size, raw.items, source="rec.csv")
+    eager = from_trace(rescale(trace, rate=rate, duration_s=duration_s), 1.0)
+    lazy = stream.rescaled(trace, 1.0, rate=rate, duration_s=duration_s)
+    chunks = list(lazy.chunks(500))
+    for name in ("index", "t_ns", "size", "items"):
+        got = np.concatenate([getattr(c, name) for c in chunks])
+        assert np.array_equal(got, getattr(eager, name)), name
+        assert got.dtype == getattr(eager, name).dtype
+    assert (len(lazy), lazy.digest, lazy.source) == (len(eager), eager.digest, eager.source)
+    assert lazy.duration_s == eager.duration_s
+
+
+def _loop_peak(loops: int) -> tuple[int, int]:
+    """Peak traced bytes of streaming a 10 s trace (20,000 requests) looped ``loops`` times."""
+    trace = synthesize("poisson", 2000.0, 10.0, seed=5)
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    sched = stream.rescaled(trace, 0.0, duration_s=10.0 * loops)
+    n = sum(len(c) for c in sched.chunks())
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert n == len(sched) > (loops - 1) * len(trace)
+    return peak, n
+
+
+def test_looped_trace_memory_does_not_grow_with_the_loops() -> None:
+    # 10 and 100 loops (200 k and 2 M requests): the eager loop held ~20 B a request (40 MB at
+    # 2 M, tiled); streamed, a block of the trace at a time.
+    (p10, _), (p100, n100) = _loop_peak(10), _loop_peak(100)
+    print({"10 loops": round(p10 / 1e6, 2), "100 loops": round(p100 / 1e6, 2)})
+    assert p100 < 1.5 * p10 and p100 < 20 * n100 / 10

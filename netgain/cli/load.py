@@ -146,8 +146,10 @@ def _schedule(args: argparse.Namespace) -> tuple[Any, float, str]:
         trace = read_trace(args.trace)
         if len(trace) == 0:
             raise CliError(f"--trace {args.trace}: no requests in it")
-        trace, duration, note = _fit_trace(trace, args, rescale)
-        return stream.from_trace(trace, args.warmup_s), duration, note
+        fitted, duration, note = _fit_trace(trace, args, rescale)
+        if isinstance(fitted, stream.StreamedSchedule):
+            return fitted, duration, note
+        return stream.from_trace(fitted, args.warmup_s), duration, note
     duration = 30.0 if duration is None else duration
     # Streamed: made a chunk at a time as the run advances (the same requests as synthesize).
     schedule = stream.synthesize(
@@ -171,7 +173,10 @@ def _schedule(args: argparse.Namespace) -> tuple[Any, float, str]:
 def _fit_trace(trace: Any, args: argparse.Namespace, rescale: Any) -> tuple[Any, float, str]:
     """A recorded trace as the run will send it: whole (its length is its last arrival, or one mean
     gap more: a 60 s recording whose last request is at 59.99 s fills --duration 60), time-scaled
-    by --rate, cut or looped to --warmup-s + --duration. Returns (trace, measured s, note)."""
+    by --rate, cut or looped to --warmup-s + --duration. Returns (trace, measured s, note); the
+    trace is a streamed schedule already when it was cut or looped."""
+    from netgain.loadgen import stream
+
     n, length = len(trace), trace.duration_s
     gap = length / (n - 1) if n > 1 else 0.0
     src = f"--trace {args.trace} ({n} requests over {length:.3f} s)"
@@ -181,7 +186,7 @@ def _fit_trace(trace: Any, args: argparse.Namespace, rescale: Any) -> tuple[Any,
             note = f"{src}: time scaled x{trace.duration_s / max(length, 1e-12):.4g} to {args.rate:g} req/s"
         else:
             total = args.warmup_s + args.duration
-            trace = rescale(trace, rate=args.rate, duration_s=total)
+            trace = stream.rescaled(trace, args.warmup_s, rate=args.rate, duration_s=total)
             what = "looped and " if len(trace) > n else ("cut and " if len(trace) < n else "")
             note = f"{src}: {what}time-scaled to {len(trace)} requests, {args.rate:g} req/s over {total:g} s"
             return trace, args.duration, note
@@ -200,7 +205,8 @@ def _fit_trace(trace: Any, args: argparse.Namespace, rescale: Any) -> tuple[Any,
     if length <= total <= length + gap:  # the trace fills the run: replayed whole, nothing appended
         return trace, args.duration, note
     before = len(trace)
-    trace = rescale(trace, duration_s=total)
+    # Looped lazily: the streamed schedule repeats the trace a copy at a time (loadgen/stream.py).
+    trace = stream.rescaled(trace, args.warmup_s, duration_s=total)
     span = f"{total:g} s (--warmup-s {args.warmup_s:g} + --duration {args.duration:g})"
     if total < length:
         how = f"cut to its first {span}: {len(trace)} of {before} requests"
