@@ -216,3 +216,12 @@ def test_dockerfile(name: str) -> None:
     ignore = DEPLOY / "docker" / f"{name}.dockerignore"
     assert ignore.is_file(), "BuildKit reads <Dockerfile>.dockerignore next to the Dockerfile"
     assert any(w == "USER" for w, _ in ins), "run as a non-root user"
+
+
+def test_surplus_workers_are_documented_and_not_restarted_forever() -> None:
+    # A worker beyond NETGAIN_REMOTE_WORKERS exits 3 with one line (tests/test_surplus_worker.py
+    # runs it against a real master): the header says so, and compose's retry is bounded.
+    header = [ln for ln in (DEPLOY / "compose.yaml").read_text().splitlines() if ln.startswith("#")]
+    text = " ".join(header)
+    assert "surplus" in text and "exits 3" in text
+    assert SERVICES["locust-worker"]["restart"] == "on-failure:3"

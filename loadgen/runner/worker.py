@@ -16,11 +16,12 @@ from typing import Any
 import gevent
 from gevent import subprocess
 
-from netgain.contract.messages import CHUNK, DONE, GO, HELLO, PLAN, READY, RECORDS
+from netgain.contract.messages import CHUNK, DONE, GO, HELLO, PLAN, READY, RECORDS, SURPLUS
 from netgain.loadgen.runner import frames
 from netgain.loadgen.runner.wire import encode_records
 
 log = logging.getLogger("netgain.loadgen")
+SURPLUS_EXIT = 3  # the master has every worker it expects: this one was not used
 
 
 def fire_request_events(events: Any, cols: dict[str, Any]) -> None:
@@ -110,10 +111,12 @@ class EngineLink:
 def run_worker(master_host: str, master_port: int) -> int:
     """Connect to a master, wait for a plan, run it, and exit when the master quits."""
     from locust.env import Environment
+    from locust.rpc import Message
 
     env = Environment(user_classes=[], events=None)
     runner = env.create_worker_runner(master_host, master_port)
     state: dict[str, EngineLink] = {}
+    surplus: list[bool] = []
 
     def send(msg_type: str, data: Any) -> None:
         runner.send_message(msg_type, data)
@@ -135,7 +138,16 @@ def run_worker(master_host: str, master_port: int) -> int:
         if link is not None:
             link.chunk(msg.data)
 
+    def on_surplus(environment: Any, msg: Any, **_: Any) -> None:
+        why = msg.data.get("why", "not needed by this run")
+        print(f"netgain load --worker: error: {why}", file=sys.stderr, flush=True)
+        surplus.append(True)
+        # Tell the master we are gone (it forgets this client at once), then stop.
+        runner.client.send(Message("quit", None, runner.client_id))
+        gevent.spawn(runner.quit)
+
     runner.register_message(PLAN, on_plan)
+    runner.register_message(SURPLUS, on_surplus)
     runner.register_message(CHUNK, on_chunk)
     runner.register_message(GO, on_go)
     # Connecting can yield to Locust's receiving greenlet, so a plan sent as soon as we connect
@@ -148,4 +160,4 @@ def run_worker(master_host: str, master_port: int) -> int:
         link = state.get("link")
         if link is not None and link.proc.poll() is None:
             link.proc.kill()
-    return 0
+    return SURPLUS_EXIT if surplus else 0

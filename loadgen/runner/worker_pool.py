@@ -11,6 +11,7 @@ from typing import Any
 
 import gevent
 
+from netgain.contract.messages import SURPLUS
 from netgain.errors import NetgainError
 
 
@@ -27,10 +28,24 @@ class WorkerPool:
         self.hello: set[str] = set()  # Locust client ids of workers ready for a plan
         self.last_seen: dict[int, float] = {}  # worker → monotonic time of its last records
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._runner: Any = None  # set once the workers are numbered: later hellos are surplus
 
     # -- message handlers (run in the master's receive greenlet) -------------------------
     def on_hello(self, environment: Any, msg: Any, **_: Any) -> None:
         self.hello.add(msg.node_id)
+        if self._runner is not None and msg.node_id not in self.index_of:
+            self._surplus(msg.node_id)
+
+    def _surplus(self, cid: str) -> None:
+        """A worker beyond the ones numbered (``--scale`` above ``--remote-workers``, or one that
+        connects once the run has its workers): told to exit with a line saying why, never left
+        idle to exit 0 at the end as if it had taken part."""
+        why = (
+            f"this run expects {self.total} worker(s) and has them all; this one is surplus "
+            "(compose: set NETGAIN_REMOTE_WORKERS to the --scale locust-worker=N count)"
+        )
+        self.say(f"a worker connected beyond the {self.total} expected; told to exit")
+        self._runner.send_message(SURPLUS, {"why": why}, client_id=cid)
 
     def on_ready(self, environment: Any, msg: Any, **_: Any) -> None:
         self.ready[int(msg.data["worker"])] = msg.data
@@ -86,6 +101,9 @@ class WorkerPool:
             gevent.sleep(0.1)
         for i, cid in enumerate(greeted()[: self.total]):
             self.index_of[cid] = i
+        self._runner = runner
+        for cid in greeted()[self.total :]:
+            self._surplus(cid)
 
     def await_ready(self, timeout_s: float = 300.0) -> None:
         """Wait for every worker's READY (its payloads built); a worker's error fails the run."""
