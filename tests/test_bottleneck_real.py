@@ -88,7 +88,12 @@ def test_device_bound_on_cpu(start_server: Any, tmp_path: Path) -> None:
         "--max-batch-size", "1", "--intra-op-threads", "1", "--workers", "0",
     )  # fmt: skip
     probe = tmp_path / "probe"
-    assert _load(srv, probe, "--rate", "5", "--duration", "2", "--warmup-s", "0").returncode in (0, 4)
+    # Only the service time of this probe is used: a shared host may make the run itself INVALID (3).
+    probe_run = _load(
+        srv, probe, "--rate", "5", "--duration", "2", "--warmup-s", "0", "--max-send-lag-ms", "50"
+    )
+    assert probe_run.returncode in (0, 3, 4), probe_run.stderr
+    assert len(_service_ms(probe)) >= 5
     service_ms = float(np.median(_service_ms(probe)))
     rate = max(4.0, 2.0 * 1000.0 / service_ms)  # twice what one forward at a time can carry
     out = tmp_path / "heavy"
