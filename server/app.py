@@ -140,27 +140,14 @@ class Server:
 
     # -- info and profiling ----------------------------------------------------------
     def info(self) -> pb.ServerInfoResponse:
-        cfg = self.cfg
-        return pb.ServerInfoResponse(
-            model=self.handler.name,
-            device=self.device,
-            dtype=cfg.dtype,
-            versions=versions(),
-            batching=pb.BatchingConfig(
-                max_batch_size=cfg.max_batch_size,
-                max_queue_delay_ms=cfg.max_queue_delay_ms,
-                max_queue_size=cfg.max_queue_size,
-                instances=cfg.instances,
-                pre_threads=cfg.pre_threads,
-            ),
-            cold_start=[pb.ColdStartPhase(name=n, at_s=a, duration_s=d) for n, a, d in self.cold.timeline()],
-            pid=os.getpid(),
-            start_unix_s=self.cold.created_unix_s,
+        return server_info(
+            self.cfg,
+            self.handler.name,
+            self.device,
+            versions(),
+            self.cold,
             ready=self.servicer.ready,
             intra_op_threads=self._intra_op_threads(),
-            host=socket.gethostname(),
-            handler_options=cfg.handler_options,
-            handler=cfg.model,
             metrics_port=self.metrics_port,
         )
 
@@ -383,3 +370,43 @@ async def start_grpc(cfg: ServeConfig, servicer: Any, health_servicer: Any) -> t
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     await server.start()
     return server, port
+
+
+def server_info(
+    cfg: ServeConfig,
+    model: str,
+    device: str,
+    lib_versions: dict[str, str],
+    cold: ColdStart,
+    *,
+    ready: bool,
+    intra_op_threads: int,
+    metrics_port: int,
+    workers: int = 0,
+    slots_per_worker: int = 0,
+) -> pb.ServerInfoResponse:
+    """The ServerInfo answer, the same for the one-process server and a --workers server."""
+    return pb.ServerInfoResponse(
+        model=model,
+        device=device,
+        dtype=cfg.dtype,
+        versions=lib_versions,
+        batching=pb.BatchingConfig(
+            max_batch_size=cfg.max_batch_size,
+            max_queue_delay_ms=cfg.max_queue_delay_ms,
+            max_queue_size=cfg.max_queue_size,
+            instances=cfg.instances,
+            pre_threads=cfg.pre_threads,
+            workers=workers,
+            slots_per_worker=slots_per_worker,
+        ),
+        cold_start=[pb.ColdStartPhase(name=n, at_s=a, duration_s=d) for n, a, d in cold.timeline()],
+        pid=os.getpid(),
+        start_unix_s=cold.created_unix_s,
+        ready=ready,
+        intra_op_threads=intra_op_threads,
+        host=socket.gethostname(),
+        handler_options=cfg.handler_options,
+        handler=cfg.model,
+        metrics_port=metrics_port,
+    )

@@ -17,7 +17,6 @@ import os
 import pickle
 import random
 import signal
-import socket
 import sys
 import time
 from multiprocessing.connection import Connection, wait
@@ -155,32 +154,19 @@ class Supervisor:
             os.replace(tmp, cfg.ports_file)
 
     def _info(self, device: dict[str, Any]) -> bytes:
-        from netgain.protos import inference_pb2 as pb
+        from netgain.server.app import server_info
 
-        cfg = self.cfg
-        return pb.ServerInfoResponse(
-            model=self.handler.name,
-            device=self.device,
-            dtype=cfg.dtype,
-            versions=device["versions"],
-            batching=pb.BatchingConfig(
-                max_batch_size=cfg.max_batch_size,
-                max_queue_delay_ms=cfg.max_queue_delay_ms,
-                max_queue_size=cfg.max_queue_size,
-                instances=cfg.instances,
-                pre_threads=cfg.pre_threads,
-                workers=self.workers,
-                slots_per_worker=self.slots,
-            ),
-            cold_start=[pb.ColdStartPhase(name=n, at_s=a, duration_s=d) for n, a, d in self.cold.timeline()],
-            pid=os.getpid(),
-            start_unix_s=self.cold.created_unix_s,
+        return server_info(
+            self.cfg,
+            self.handler.name,
+            self.device,
+            device["versions"],
+            self.cold,
             ready=True,
             intra_op_threads=device["intra_op_threads"],
-            host=socket.gethostname(),
-            handler_options=cfg.handler_options,
-            handler=cfg.model,
             metrics_port=self.metrics_port,
+            workers=self.workers,
+            slots_per_worker=self.slots,
         ).SerializeToString()
 
     def _publish_static(self) -> None:
