@@ -281,10 +281,24 @@ def wait_metric_ready(metrics_port: int, timeout_s: float) -> None:
     raise SystemExit(f"server with metrics port {metrics_port} not ready within {timeout_s:.0f} s")
 
 
-def null_servers(stack: contextlib.ExitStack, count: int, port: int, max_queue: int = 4096) -> str:
-    """``count`` null-model servers sharing ``port``, ready; returns the target."""
-    args = ["--model", "null", "--max-batch-size", "64", "--max-queue-delay-ms", "0.5"]
-    return shared_port_servers(stack, count, [*args, "--max-queue-size", str(max_queue)], port)
+def null_servers(
+    stack: contextlib.ExitStack, count: int, port: int, max_queue: int = 4096, separate: bool = False
+) -> str:
+    """``count`` null-model server processes, ready; returns the target. Sharing ``port`` they are one
+    server's frontends (all traffic through its one device process); ``separate``: ``count``
+    independent one-process servers on ports of their own, a comma-joined target that the load
+    generator spreads requests over (so the servers never bind before a generator under test)."""
+    from netgain.loadgen.orchestrate import ServerProcess
+
+    args = ["--model", "null", "--max-batch-size", "64", "--max-queue-delay-ms", "0.5", "--max-queue-size",
+            str(max_queue)]  # fmt: skip
+    if not separate:
+        return shared_port_servers(stack, count, args, port)
+    servers = [stack.enter_context(ServerProcess([*args, "--workers", "0"])) for _ in range(count)]
+    for sp in servers:
+        sp.wait_ready()
+        wait_metric_ready(sp.metrics_port, sp.ready_timeout_s)
+    return ",".join(sp.target for sp in servers)
 
 
 @contextlib.contextmanager
