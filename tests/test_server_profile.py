@@ -29,7 +29,12 @@ def capture(server: ServerHandle, ranges_only: bool, batches: int = 3) -> tuple[
         for _ in range(2000):  # bounded: the capture needs only a few batches
             if stop.is_set():
                 return
-            stub.Infer(pb.InferRequest(model="tabular", inputs=[pb.Input(features=[0.5] * 64)]), timeout=10)
+            try:
+                stub.Infer(
+                    pb.InferRequest(model="tabular", inputs=[pb.Input(features=[0.5] * 64)]), timeout=30
+                )
+            except grpc.RpcError:  # the profiler's start holds the event loop; on a busy host it may
+                continue  # outlast a call's deadline: keep feeding batches until the capture is done
 
     t = threading.Thread(target=load, daemon=True)
     t.start()
