@@ -102,28 +102,47 @@ def _netgain(*args: str) -> list[str]:
     return [sys.executable, "-m", "netgain.cli", *args]
 
 
-def measure(target: str, cfg: TuneConfig, rate: float, out: str) -> Trial:
-    """One ``netgain load`` run at ``rate`` and its report's figures."""
+def load_and_report(
+    target: str,
+    out: str,
+    *,
+    model: str,
+    rate: float,
+    duration_s: float,
+    warmup_s: float,
+    load_workers: int,
+    connections: int,
+    seed: int,
+) -> dict[str, Any] | None:
+    """One open-loop Poisson ``netgain load`` run into ``out`` and its ``netgain report``; the report's
+    dict, or None when no report came out."""
     load = [
         "load", "--target", target, "--arrival", "poisson", "--rate", f"{rate:.3f}",
-        "--duration", f"{cfg.duration_s:g}", "--warmup-s", f"{cfg.warmup_s:g}",
-        "--workers", str(cfg.load_workers), "--connections", str(cfg.connections), "--model", cfg.model,
-        "--out", out, "--force", "--quiet", "--seed", str(cfg.seed), "--timeout-s", "5",
+        "--duration", f"{duration_s:g}", "--warmup-s", f"{warmup_s:g}",
+        "--workers", str(load_workers), "--connections", str(connections), "--model", model,
+        "--out", out, "--force", "--quiet", "--seed", str(seed), "--timeout-s", "5",
     ]  # fmt: skip
     subprocess.run(_netgain(*load), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=False)
-    rep_path = os.path.join(out, "report.json")
     subprocess.run(_netgain("report", out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    rep_path = os.path.join(out, "report.json")
     if not os.path.exists(rep_path):
-        return Trial(rate, 0.0, float("nan"), float("nan"), 0, 1.0, False, "no report", False)
+        return None
     with open(rep_path) as fh:
-        rep = json.load(fh)
+        rep: dict[str, Any] = json.load(fh)
+    return rep
+
+
+def trial(rep: dict[str, Any] | None, rate: float, slo_p99_ms: float, max_error_ratio: float) -> Trial:
+    """A run's figures and whether it held: valid, p99 within the SLO, errors at most the ratio."""
+    if rep is None:
+        return Trial(rate, 0.0, float("nan"), float("nan"), 0, 1.0, False, "no report", False)
     lat = rep.get("latency_ms") or {}
     errors = rep.get("errors") or {}
     n_err = int(sum(errors.values())) if isinstance(errors, dict) else 0
     ratio = float(rep.get("error_rate") or 0.0)
     p99 = float(lat.get("p99", float("nan")))
     valid = bool(rep.get("valid", False))
-    held = valid and p99 <= cfg.slo_p99_ms and ratio <= cfg.max_error_ratio
+    held = valid and p99 <= slo_p99_ms and ratio <= max_error_ratio
     return Trial(
         rate,
         float(rep.get("throughput_rps", 0.0)),
@@ -135,6 +154,22 @@ def measure(target: str, cfg: TuneConfig, rate: float, out: str) -> Trial:
         str((rep.get("bottleneck") or {}).get("kind", "")),
         held,
     )
+
+
+def measure(target: str, cfg: TuneConfig, rate: float, out: str) -> Trial:
+    """One ``netgain load`` run at ``rate`` and its report's figures."""
+    rep = load_and_report(
+        target,
+        out,
+        model=cfg.model,
+        rate=rate,
+        duration_s=cfg.duration_s,
+        warmup_s=cfg.warmup_s,
+        load_workers=cfg.load_workers,
+        connections=cfg.connections,
+        seed=cfg.seed,
+    )
+    return trial(rep, rate, cfg.slo_p99_ms, cfg.max_error_ratio)
 
 
 def search(run: Callable[[float], Trial], start: float, limit: float, bisect_steps: int) -> list[Trial]:
