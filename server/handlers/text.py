@@ -124,12 +124,14 @@ class TextHandler(Handler):
     def collate(self, items: list[Any]) -> Any:
         import torch
 
-        width = self.max_len if self.pad_fixed else max(int(t.shape[0]) for t in items)
-        ids = torch.zeros((len(items), width), dtype=torch.long)
-        mask = torch.zeros((len(items), width), dtype=torch.bool)
-        for i, t in enumerate(items):
-            ids[i, : t.shape[0]] = t
-            mask[i, : t.shape[0]] = True
+        lengths = torch.tensor([int(t.shape[0]) for t in items])
+        width = self.max_len if self.pad_fixed else int(lengths.max())
+        # One padding call, not two slice assignments per row: the device process's collate holds
+        # the GIL that the thread launching the forward needs.
+        ids = torch.nn.utils.rnn.pad_sequence(items, batch_first=True)
+        if ids.shape[1] < width:
+            ids = torch.nn.functional.pad(ids, (0, width - ids.shape[1]))
+        mask = torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)
         return {"ids": ids, "mask": mask}
 
     def forward(self, model: Any, batch: Any) -> Any:
