@@ -70,3 +70,20 @@ class HeavyForward(BusyPre):
         for _ in range(self.rounds * len(batch)):
             x = torch.tanh(x @ model)
         return batch
+
+
+class SlowTagged(BusyPre):
+    """Pre-processing sleeps ``sleep_ms`` for an item whose data starts with ``slow`` (and costs
+    nothing otherwise, so start-up and warm-up stay fast): a request held mid-pre-processing."""
+
+    name = "slow-tagged"
+
+    def __init__(self, options: dict[str, str] | None = None, seed: int = 0) -> None:
+        super().__init__(options, seed)
+        self.pre_ms = 0
+        self.sleep_ms = self.int_option("sleep_ms", 2000, lo=0)
+
+    def preprocess(self, item: pb.Input) -> Any:
+        if item.data.startswith(b"slow"):
+            time.sleep(self.sleep_ms / 1000)
+        return len(item.data)

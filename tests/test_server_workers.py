@@ -150,6 +150,48 @@ def test_a_killed_frontend_leaves_the_others_serving(start_server: Any) -> None:
     assert s.proc.poll() is None
 
 
+def test_a_frontend_killed_while_pre_processing_anothers_request_leaves_none_waiting(
+    start_server: Any,
+) -> None:
+    s = start_server(
+        "--model", "bottleneck_handlers:SlowTagged", "--handler-option", "sleep_ms=2000",
+        "--workers", "2", "--pre-threads", "1",
+    )  # fmt: skip
+    chan = grpc.insecure_channel(s.target)
+    stub = InferenceStub(chan)
+    stub.Infer(pb.InferRequest(inputs=[pb.Input(data=b"fast")]), timeout=30)  # one connection, open
+    owner = [
+        k
+        for k in frontends(s)
+        if any(
+            c.status == psutil.CONN_ESTABLISHED and c.laddr.port == s.grpc_port
+            for c in k.net_connections("tcp")
+        )
+    ]
+    assert len(owner) == 1
+    other = next(k for k in frontends(s) if k.pid != owner[0].pid)
+    slow = pb.InferRequest(inputs=[pb.Input(data=b"slow")])
+    futures = [stub.Infer.future(slow, timeout=60) for _ in range(4)]
+    time.sleep(0.7)  # each frontend's one pre-processing thread holds one of them, asleep
+    other.kill()
+    started = time.monotonic()
+    outcomes: list[Any] = []
+    for f in futures:
+        try:
+            f.result()
+            outcomes.append("OK")
+        except grpc.RpcError as exc:
+            outcomes.append((exc.code(), exc.details()))
+    chan.close()
+    assert time.monotonic() - started < 30, outcomes  # answered, not left to the 60 s deadline
+    assert "OK" in outcomes, outcomes  # the owner's own thread pre-processed the rest
+    assert any(
+        o[0] == grpc.StatusCode.UNAVAILABLE and "exited while pre-processing" in o[1]
+        for o in outcomes
+        if o != "OK"
+    ), outcomes
+
+
 def test_sigterm_drains_every_process(start_server: Any) -> None:
     s = start_server("--model", "image", "--workers", "2", "--max-queue-delay-ms", "50")
     kids = psutil.Process(s.pid).children()

@@ -20,12 +20,25 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from netgain.server.batching.pipeline import Batch, Pipeline, PipelineConfig
 from netgain.server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
 from netgain.server.config import ServeConfig
 from netgain.server.handlers import create_handler
 from netgain.server.handlers.base import Handler
-from netgain.server.multiproc.slots import REQUEST, Ring, SlotRef, SlotTooSmall, encode_reply, read_exact
+from netgain.server.multiproc.slots import (
+    CODES,
+    HANDED,
+    REQUEST,
+    SEQ,
+    TAKER,
+    Ring,
+    SlotRef,
+    SlotTooSmall,
+    encode_reply,
+    read_exact,
+)
 from netgain.server.threadnames import name_os_thread
 
 log = logging.getLogger("netgain.server")
@@ -37,15 +50,17 @@ class Handed(Pending):
 
     frontend: int = 0
     seq: int = 0
+    front_pre_ns: int = 0  # the frontend's pre-processing, added to the batch's collate in the reply
 
 
 def intra_op_threads(cfg: ServeConfig, device: str, frontends: int) -> int:
-    """--intra-op-threads, or by default: on a GPU every core (the forward hardly uses them); on the
-    CPU the cores the frontends leave, so model compute and pre-processing do not oversubscribe."""
+    """--intra-op-threads, or by default: on a GPU one (the forward needs none, and idle OpenMP
+    workers spin on the cores the frontends pre-process on); on the CPU the cores the frontends
+    leave, so model compute and pre-processing do not oversubscribe."""
     cores = len(os.sched_getaffinity(0))
     if cfg.intra_op_threads:
         return cfg.intra_op_threads
-    return cores if device.startswith("cuda") else max(1, cores - frontends)
+    return 1 if device.startswith("cuda") else max(1, cores - frontends)
 
 
 class SlotHandler(Handler):
@@ -200,27 +215,33 @@ class DeviceProcess:
         while sel.get_map():
             for key, _ in sel.select():
                 frontend, fd = key.data, key.fd
-                if not self._take(frontend, fd):
+                if not self._take(fd):
                     sel.unregister(fd)  # the frontend exited; replies to it are dropped in deliver
+                    self._orphans(frontend)
 
-    def _take(self, frontend: int, fd: int) -> bool:
+    def _take(self, fd: int) -> bool:
         """Reads one record (a writer puts whole records, so the rest follows at once); False at EOF."""
         head = read_exact(fd, REQUEST.size)
         if head is None:
             return False
-        seq, deadline_ns, handed_ns, n = REQUEST.unpack(head)
-        body = read_exact(fd, 4 * n)
+        origin, code, n, seq, deadline_ns, handed_ns, pre_ns, mlen = REQUEST.unpack(head)
+        body = read_exact(fd, 4 * n + mlen)
         if body is None:
             return False
-        slots = struct.unpack(f"<{n}I", body)
+        slots = struct.unpack_from(f"<{n}I", body)
         p = Handed(
-            f"f{frontend}-{seq}",
-            [SlotRef(frontend, s) for s in slots],
+            f"f{origin}-{seq}",
+            [SlotRef(origin, s) for s in slots],
             handed_ns,
             deadline_ns or None,
-            frontend=frontend,
+            frontend=origin,
             seq=seq,
+            front_pre_ns=pre_ns,
         )
+        if code:  # pre-processing failed in the frontend that took it: answer the owner
+            p.fail(CODES[code], body[4 * n :].decode("utf-8", "replace"))
+            self.deliver([p])
+            return True
         try:
             self.requests.put(p)
         except QueueFull as exc:
@@ -230,6 +251,19 @@ class DeviceProcess:
             p.fail("UNAVAILABLE", str(exc))
             self.deliver([p])
         return True
+
+    def _orphans(self, dead: int) -> None:
+        """Answer the requests a frontend that exited had taken but not handed on (their owners
+        would otherwise wait for them until the client's deadline)."""
+        for origin, ring in enumerate(self.rings):
+            if origin == dead:
+                continue
+            for first in np.flatnonzero(ring.claims[:, TAKER] == dead):
+                seq = int(ring.claims[first, SEQ])
+                p = Handed(f"f{origin}-{seq}", [], 0, None, frontend=origin, seq=seq)
+                ring.claims[first, TAKER] = HANDED
+                p.fail("UNAVAILABLE", f"frontend {dead} exited while pre-processing this request; retry")
+                self.deliver([p])
 
     def deliver(self, reqs: list[Pending]) -> None:
         """From pipeline threads: output rows into their slots, then one reply record each."""
@@ -243,7 +277,7 @@ class DeviceProcess:
                 except (SlotTooSmall, ValueError) as exc:
                     code, message = "INTERNAL", f"output row: {exc}"
             s = p.spans
-            spans = (s.get("pre", 0), s.get("h2d", 0), s.get("kernel", 0), s.get("d2h", 0))
+            spans = (s.get("pre", 0) + p.front_pre_ns, s.get("h2d", 0), s.get("kernel", 0), s.get("d2h", 0))
             data = encode_reply(p.seq, code, max(0, p.batch_id), p.batch_size, spans, message)
             with contextlib.suppress(OSError):  # that frontend is gone: nobody waits for this reply
                 os.write(self.pipes.replies[p.frontend], data)

@@ -1,10 +1,13 @@
-"""A frontend process: gRPC on the shared port, pre- and post-processing of its own requests.
+"""A frontend process: gRPC on the shared port, and pre-processing for every frontend.
 
 The servicer is the one-process server's; what it takes for its request queue here is a
-``Handoff``: ``put`` reserves one slot per item and pre-processes on this process's own
-threads straight into the slots, then hands a record to the device process; the device's
-reply wakes the event loop, which post-processes and answers. Waiting for a pre-processing
-thread, the hand-off itself and the reply's return are all part of ``queue``.
+``Handoff``. ``put`` reserves one slot per item, writes the raw items into the slots and a
+work record to the one pipe that every frontend's pre-processing threads read: whichever
+thread is free takes it (the kernel spreads connections over frontends unevenly, requests
+are spread evenly), pre-processes in place and hands the request to the device process. The
+device's reply wakes the owner's event loop, which post-processes and answers. Waiting for a
+pre-processing thread, the hand-off itself and the reply's return are all part of ``queue``.
+An item whose raw form does not fit a slot is pre-processed by the owner's own pool.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import itertools
 import logging
 import os
 import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -25,36 +29,54 @@ from typing import Any
 from netgain.server.batching.queue import Pending, QueueClosed, QueueFull
 from netgain.server.config import ServeConfig
 from netgain.server.handlers.base import Handler, InvalidInput
-from netgain.server.multiproc.slots import CODES, REPLY, Ring, SlotTooSmall, encode_request
+from netgain.server.multiproc.slots import (
+    CODES,
+    HANDED,
+    MAX_ITEMS_PER_RECORD,
+    REPLY,
+    TAKER,
+    WORK,
+    Ring,
+    SlotTooSmall,
+    encode_request,
+)
 from netgain.server.threadnames import name_os_thread
 
 log = logging.getLogger("netgain.server")
 
 
 class Handoff:
-    """The frontend's side of the hand-off; every method but ``_pre`` runs on the event loop."""
+    """The frontend's side of the hand-off; ``put`` and the reply path run on the event loop."""
 
     def __init__(
         self,
         handler: Handler,
-        ring: Ring,
+        rings: list[Ring],
+        index: int,
         pool: ThreadPoolExecutor,
+        work_fds: tuple[int, int] | None,
         request_fd: int,
         reply_fd: int,
         clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         self.handler = handler
-        self.ring = ring
+        self.rings = rings
+        self.index = index
+        self.ring = rings[index]
         self.pool = pool
+        self.work_fds = work_fds
         self.request_fd = request_fd
         self.reply_fd = reply_fd
         self.clock = clock
-        self.free: deque[int] = deque(range(ring.slots))
+        self.free: deque[int] = deque(range(self.ring.slots))
         self.pending: dict[int, tuple[Pending, list[int]]] = {}
         self._seq = itertools.count(1)
         self._buf = b""
         self.closed = False
         self.device_gone = False
+        self.taking = True
+        self._busy = 0
+        self._busy_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
@@ -81,10 +103,92 @@ class Handoff:
         slots = [self.free.popleft() for _ in range(n)]
         seq = next(self._seq)
         self.pending[seq] = (p, slots)
-        self.pool.submit(self._pre, seq, p, slots)
+        if not self._share(p, seq, slots):
+            self.pool.submit(self._pre, seq, p, slots)
+
+    def _share(self, p: Pending, seq: int, slots: list[int]) -> bool:
+        """Raw items into the slots and a work record to every frontend; False: pre-process here."""
+        if self.work_fds is None:
+            return False
+        try:
+            for x, slot in zip(p.inputs, slots, strict=True):
+                self.ring.put(slot, x)
+        except SlotTooSmall:
+            return False
+        self.ring.chain(slots, seq)
+        try:
+            os.write(self.work_fds[1], WORK.pack(self.index, len(slots), slots[0], seq, p.deadline_ns or 0))
+        except BlockingIOError:
+            self.ring.claims[slots[0], TAKER] = HANDED
+            return False
+        return True
+
+    # -- pre-processing threads: shared work first, this frontend's own oversized items via the pool
+    def start_takers(self, threads: int) -> None:
+        for i in range(threads):
+            threading.Thread(target=self._take_loop, name=f"netgain-prepost-take{i}", daemon=True).start()
+
+    def stop_taking(self, timeout_s: float = 5.0) -> None:
+        """Take no more shared work; wait for the records being pre-processed here to be handed on."""
+        self.taking = False
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._busy_lock:
+                if not self._busy:
+                    break
+            time.sleep(0.005)
+        time.sleep(0.05)  # a read that returns now gives its record back (see _take_loop)
+
+    def _take_loop(self) -> None:
+        name_os_thread()
+        assert self.work_fds is not None
+        work_r, work_w = self.work_fds
+        while True:
+            try:
+                rec = os.read(work_r, WORK.size)  # records are written whole: a read takes exactly one
+            except OSError:
+                return
+            if len(rec) != WORK.size:
+                return
+            with self._busy_lock:
+                if not self.taking:
+                    with contextlib.suppress(OSError):
+                        os.write(work_w, rec)  # leaving: another frontend takes it
+                    return
+                self._busy += 1
+            try:
+                self._take(*WORK.unpack(rec))
+            except Exception:  # a bug here must not end the thread that serves every frontend
+                log.exception("shared pre-processing failed")
+            finally:
+                with self._busy_lock:
+                    self._busy -= 1
+
+    def _take(self, origin: int, n: int, first: int, seq: int, deadline: int) -> None:
+        ring = self.rings[origin]
+        ring.claims[first, TAKER] = self.index
+        slots = ring.chained(first, n)
+        code, message = "OK", ""
+        t0 = self.clock()
+        try:
+            for slot in slots:
+                ring.put(slot, self.handler.preprocess(ring.get(slot)))
+        except InvalidInput as exc:
+            code, message = "INVALID_ARGUMENT", str(exc)
+        except SlotTooSmall as exc:
+            code, message = "RESOURCE_EXHAUSTED", f"pre-processed item: {exc}"
+        except Exception as exc:
+            log.exception("preprocess failed for a request of frontend %d", origin)
+            code, message = "INTERNAL", f"preprocess error: {type(exc).__name__}: {exc}"
+        t1 = self.clock()
+        record = encode_request(origin, seq, deadline, t1, t1 - t0, slots, code, message)
+        try:
+            os.write(self.request_fd, record)
+        finally:
+            ring.claims[first, TAKER] = HANDED
 
     def _pre(self, seq: int, p: Pending, slots: list[int]) -> None:
-        """On a pre-processing thread: decode into the slots, then hand the record over."""
+        """On the pool: decode into the slots, then hand the record over."""
         t0 = self.clock()
         try:
             for x, slot in zip(p.inputs, slots, strict=True):
@@ -101,9 +205,8 @@ class Handoff:
         if p.code != "OK":
             self._call(self._finish, seq)
             return
-        deadline = p.deadline_ns or 0
         try:
-            os.write(self.request_fd, encode_request(seq, deadline, t1, slots))
+            os.write(self.request_fd, encode_request(self.index, seq, p.deadline_ns or 0, t1, 0, slots))
         except OSError:
             p.fail("UNAVAILABLE", "the device process exited; this server cannot answer")
             self._call(self._finish, seq)
@@ -179,7 +282,15 @@ class Handoff:
 
 
 class Frontend:
-    def __init__(self, cfg: ServeConfig, index: int, device: str, ring: Ring, fds: tuple[int, int]) -> None:
+    def __init__(
+        self,
+        cfg: ServeConfig,
+        index: int,
+        device: str,
+        rings: list[Ring],
+        fds: tuple[int, int],
+        work_fds: tuple[int, int] | None,
+    ) -> None:
         import torch
 
         from netgain.server.handlers import create_handler
@@ -192,7 +303,7 @@ class Frontend:
         self.pool = ThreadPoolExecutor(
             cfg.pre_threads, thread_name_prefix="netgain-prepost", initializer=name_os_thread
         )
-        self.handoff = Handoff(self.handler, ring, self.pool, fds[0], fds[1])
+        self.handoff = Handoff(self.handler, rings, index, self.pool, work_fds, fds[0], fds[1])
         self.info_message: Any = None
 
     def warm(self) -> None:
@@ -246,7 +357,7 @@ class Frontend:
             tracer=tracer,
             exporter=exporter,
         )
-        max_items = min(cfg.max_items_per_request, self.handoff.ring.slots)
+        max_items = min(cfg.max_items_per_request, self.handoff.ring.slots, MAX_ITEMS_PER_RECORD)
         self.servicer = InferenceServicer(
             self.handler.name,
             self.handoff,  # type: ignore[arg-type]
@@ -279,6 +390,8 @@ class Frontend:
             self.info_message = pb.ServerInfoResponse.FromString(go.result())
             recorder.start()
             sampler.start()
+            if self.handoff.work_fds is not None:
+                self.handoff.start_takers(cfg.pre_threads)
             self.servicer.ready = True
             for name in ("", SERVICE_NAME):
                 await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -293,6 +406,7 @@ class Frontend:
         while self.servicer.in_flight and time.monotonic() - started < cfg.grace_s:
             await asyncio.sleep(0.01)
         await stopping
+        await asyncio.to_thread(self.handoff.stop_taking)
         sampler.stop()
         recorder.stop()
         self.pool.shutdown(wait=True)
@@ -308,7 +422,13 @@ def _recv(ctl: Any) -> Any:
 
 
 def frontend_main(
-    cfg: ServeConfig, index: int, device: str, ring: Ring, fds: tuple[int, int], ctl: Any
+    cfg: ServeConfig,
+    index: int,
+    device: str,
+    rings: list[Ring],
+    fds: tuple[int, int],
+    work_fds: tuple[int, int] | None,
+    ctl: Any,
 ) -> None:
     """Entry point in a forked frontend process."""
     import sys
@@ -318,7 +438,7 @@ def frontend_main(
     name_os_thread(f"netgain-front-{index}")
     sys.setswitchinterval(cfg.switch_interval_ms / 1e3)
     try:
-        front = Frontend(cfg, index, device, ring, fds)
+        front = Frontend(cfg, index, device, rings, fds, work_fds)
         code = asyncio.run(front.serve(ctl))
     except Exception as exc:
         log.exception("frontend %d failed", index)

@@ -10,6 +10,7 @@ no lock crosses processes. Records on the pipes stay under PIPE_BUF, so each wri
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import pickle
 import struct
@@ -24,12 +25,19 @@ ITEM_HEADER = _ITEM.size
 TENSOR, PICKLE = 1, 2
 MAX_DIMS = 8
 
-# frontend -> device: seq, deadline_ns (0: none), handed_ns, items; then items x u32 slot
-REQUEST = struct.Struct("<QqqI")
+# any frontend -> every frontend (one shared pipe): origin frontend, items, first slot, seq, deadline_ns
+WORK = struct.Struct("<HHIQq")
+# frontend -> device: origin, code, items, seq, deadline_ns (0: none), handed_ns, pre_ns, message
+# bytes; then items x u32 slot, then the message (a failed pre-processing, answered by the device)
+REQUEST = struct.Struct("<HHIQqqqH")
+# A request's slots are chained in the owner ring's claim table (column NEXT); its first slot's
+# TAKER says who is pre-processing it, so the device can answer what a dead frontend held.
+TAKER, SEQ, NEXT = 0, 1, 2
+QUEUED, HANDED = -1, -2
 # device -> frontend: seq, code, batch_id, batch_size, pre, h2d, kernel, d2h (ns), message bytes
 REPLY = struct.Struct("<QHqIqqqqH")
 MAX_MESSAGE = 1024
-MAX_ITEMS_PER_RECORD = (4096 - REQUEST.size) // 4
+MAX_ITEMS_PER_RECORD = (4096 - REQUEST.size - MAX_MESSAGE) // 4
 
 CODES = (
     "OK",
@@ -44,6 +52,9 @@ CODES = (
 
 
 _DTYPES: list[Any] = []
+
+
+_NUMPY: dict[Any, Any] = {}  # torch dtype -> the numpy dtype Tensor.numpy() views it as (not bfloat16)
 
 
 def _dtypes() -> list[Any]:
@@ -63,6 +74,8 @@ def _dtypes() -> list[Any]:
         torch.uint8,
         torch.bool,
     ]
+    names = ("float32", "float64", "float16", None, "int64", "int32", "int16", "int8", "uint8", "bool")
+    _NUMPY.update({t: np.dtype(n) for t, n in zip(_DTYPES, names, strict=True) if n})
     return _DTYPES
 
 
@@ -71,13 +84,30 @@ class SlotTooSmall(ValueError):
 
 
 class Ring:
-    """``slots`` slots of ``slot_bytes`` each in one shared anonymous mapping."""
+    """``slots`` slots of ``slot_bytes`` each in one shared anonymous mapping, and a claim table."""
 
     def __init__(self, slots: int, slot_bytes: int) -> None:
         self.slots = slots
         self.slot_bytes = slot_bytes
-        self.mm = mmap.mmap(-1, slots * slot_bytes, flags=mmap.MAP_SHARED)
-        self.view = np.frombuffer(self.mm, dtype=np.uint8)
+        self.mm = mmap.mmap(-1, slots * slot_bytes + slots * 3 * 8, flags=mmap.MAP_SHARED)
+        self.view = np.frombuffer(self.mm, dtype=np.uint8, count=slots * slot_bytes)
+        self.claims = np.frombuffer(self.mm, dtype=np.int64, offset=slots * slot_bytes).reshape(slots, 3)
+        self.claims[:, TAKER] = HANDED
+
+    def chain(self, slots: list[int], seq: int) -> None:
+        """Record a request's slots (first to last) and mark it queued for any frontend to take."""
+        c = self.claims
+        for a, b in itertools.pairwise(slots):
+            c[a, NEXT] = b
+        c[slots[-1], NEXT] = -1
+        c[slots[0], SEQ] = seq
+        c[slots[0], TAKER] = QUEUED
+
+    def chained(self, first: int, n: int) -> list[int]:
+        out = [first]
+        for _ in range(n - 1):
+            out.append(int(self.claims[out[-1], NEXT]))
+        return out
 
     def _span(self, slot: int, nbytes: int) -> np.ndarray:
         if nbytes + ITEM_HEADER > self.slot_bytes:
@@ -94,6 +124,7 @@ class Ring:
 
         base = slot * self.slot_bytes
         if isinstance(value, torch.Tensor) and value.dim() <= MAX_DIMS:
+            code = _dtypes().index(value.dtype)
             t = value.detach().contiguous()
             if t.device.type != "cpu":
                 t = t.cpu()
@@ -101,8 +132,10 @@ class Ring:
             nbytes = t.numel() * t.element_size()
             dst = self._span(slot, nbytes)
             if nbytes:
-                torch.from_numpy(dst).copy_(t.reshape(-1).view(torch.uint8))
-            code = _dtypes().index(t.dtype)
+                if t.dtype in _NUMPY:  # a numpy copy costs a fraction of a torch op's dispatch
+                    dst[:] = t.numpy().reshape(-1).view(np.uint8)
+                else:
+                    torch.from_numpy(dst).copy_(t.reshape(-1).view(torch.uint8))
             _ITEM.pack_into(self.mm, base, TENSOR, code, t.dim(), nbytes, *dims)
             return
         data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
@@ -122,6 +155,9 @@ class Ring:
         shape = dims[:ndim]
         if nbytes == 0:
             return torch.empty(shape, dtype=dtype)
+        np_dtype = _NUMPY.get(dtype)
+        if np_dtype is not None:
+            return torch.from_numpy(raw.view(np_dtype).reshape(shape))
         return torch.from_numpy(raw).view(dtype).reshape(shape)
 
     def close(self) -> None:
@@ -137,8 +173,20 @@ class SlotRef:
     slot: int
 
 
-def encode_request(seq: int, deadline_ns: int, handed_ns: int, slots: list[int]) -> bytes:
-    return REQUEST.pack(seq, deadline_ns, handed_ns, len(slots)) + struct.pack(f"<{len(slots)}I", *slots)
+def encode_request(
+    origin: int,
+    seq: int,
+    deadline_ns: int,
+    handed_ns: int,
+    pre_ns: int,
+    slots: list[int],
+    code: str = "OK",
+    message: str = "",
+) -> bytes:
+    msg = message.encode("utf-8", "replace")[:MAX_MESSAGE]
+    idx = CODES.index(code) if code in CODES else CODES.index("UNKNOWN")
+    head = REQUEST.pack(origin, idx, len(slots), seq, deadline_ns, handed_ns, pre_ns, len(msg))
+    return head + struct.pack(f"<{len(slots)}I", *slots) + msg
 
 
 def encode_reply(

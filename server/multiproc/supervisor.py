@@ -9,6 +9,7 @@ frontends before it stops the device process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -85,7 +86,8 @@ class Supervisor:
         self.rings = [Ring(self.slots, self.slot_bytes) for _ in range(n)]
         requests = [os.pipe() for _ in range(n)]
         replies = [os.pipe() for _ in range(n)]
-        every_fd = [fd for pair in requests + replies for fd in pair]
+        work = shared_work_pipe()
+        every_fd = [fd for pair in [*requests, *replies, work] for fd in pair]
         dev_keep = [r for r, _ in requests] + [w for _, w in replies]
         self.device_ctl, child = ctx.Pipe()
         pipes = DevicePipes([r for r, _ in requests], [w for _, w in replies])
@@ -99,8 +101,8 @@ class Supervisor:
         self.front_ctl: list[Connection] = []
         for i in range(n):
             parent, child = ctx.Pipe()
-            keep = [requests[i][1], replies[i][0]]
-            args = (self.cfg, i, self.device, self.rings[i], (requests[i][1], replies[i][0]), child)
+            keep = [requests[i][1], replies[i][0], *work]
+            args = (self.cfg, i, self.device, self.rings, (requests[i][1], replies[i][0]), work, child)
             proc = ctx.Process(
                 target=_child, args=(every_fd, keep, frontend_main, args), name=f"netgain-frontend-{i}"
             )
@@ -274,6 +276,18 @@ class Supervisor:
             if proc.is_alive():
                 proc.kill()
             proc.join(5.0)
+
+
+def shared_work_pipe() -> tuple[int, int]:
+    """The pipe every frontend writes work records to and every pre-processing thread reads from;
+    the writer never blocks (the slots bound what it holds: a full pipe means pre-process here)."""
+    import fcntl
+
+    r, w = os.pipe()
+    with contextlib.suppress(OSError):  # 1 MiB holds 43,690 records; the default 64 KiB holds 2,730
+        fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    os.set_blocking(w, False)
+    return r, w
 
 
 def _child(every_fd: list[int], keep: list[int], target: Any, args: tuple[Any, ...]) -> None:
