@@ -213,3 +213,21 @@ def test_interpreter_is_judged_per_process_from_the_span_log_pids(tmp_path: Path
         assert interp["processes"] == len(pids) and interp["approximate"] is False
         assert interp["per_process"] == pytest.approx(per_process)
     assert r["bottleneck"]["resource"] == "interpreter"
+
+
+def test_a_server_using_all_its_cores_is_never_unsaturated(tmp_path: Path) -> None:
+    """Frontends that cannot read their sockets leave no backlog in any queue gauge; the busy
+    cores alone name the bottleneck (a GPU half busy, no queue rise)."""
+    samples = {
+        "netgain_gpu_utilization_ratio": 0.6,
+        "netgain_kernel_busy_ratio": 0.6,
+        "netgain_cpu_cores": 10,
+        "netgain_process_cpu_ratio": 9.7,
+        "netgain_thread_cpu_ratio": {"role=prepost": 6.9, "role=frontend": 2.1},
+        "netgain_queue_depth_requests": 2.0,
+    }
+    b = _kind(tmp_path, "cuda", samples)
+    assert (b["kind"], b["resource"]) == ("upstream-bound", "process")
+    assert any("9.70 of its 10.00 cores" in e for e in b["evidence"])
+    samples["netgain_process_cpu_ratio"] = 7.0
+    assert _kind(tmp_path / "headroom", "cuda", samples)["kind"] == "unsaturated"

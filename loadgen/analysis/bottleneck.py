@@ -8,9 +8,12 @@ Server rules (thresholds are module constants, documented in docs/report.md), fi
    saturated, and a backlog.
 3. ``cpu-bound``: a cpu run whose model compute (device + intra-op threads) uses
    >= CORES_SATURATED of the cores (or kernel busy >= DEVICE_BUSY with a backlog).
-4. A backlog with none of the above is never ``unsaturated``: the kind is the stage the queue
+4. The server's processes together use >= PROCESS_SATURATED of its cores (the backlog then
+   waits in its sockets, where no queue gauge sees it): ``upstream-bound`` on a GPU (``cpu-bound``
+   on the CPU), resource ``process``, with or without a backlog.
+5. A backlog with none of the above is never ``unsaturated``: the kind is the stage the queue
    waits for (the device when it is at least half busy, else upstream of it).
-5. ``unsaturated`` otherwise.
+6. ``unsaturated`` otherwise.
 Backlog: the queue-depth (or in-flight) fit rises by >= QUEUE_RISE requests over the window, or
 the mean queue depth is >= half the server's max_queue_size.
 
@@ -301,6 +304,11 @@ def _server(gpu: dict, cpu: dict, queue: dict, device: str) -> tuple[dict[str, A
         or (busy is not None and busy >= DEVICE_BUSY and pressure)
     ):
         return kind("cpu-bound", "model compute", "cpu-bound")
+    if "process" in saturated:
+        # Every core the server was given is busy: the backlog builds before the server counts it
+        # (in its sockets, unread), so no queue gauge need rise.
+        ev.append(f"the server's processes use {_fmt(proc)} of its {_fmt(cores)} cores: no headroom left")
+        return kind("upstream-bound" if on_gpu else "cpu-bound", "process", "process")
     if pressure:
         # A growing backlog is saturation even when no single gauge crossed its line.
         device_share = busiest is not None and busiest >= DEVICE_IDLE
