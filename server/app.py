@@ -277,7 +277,8 @@ class Server:
 
 def run_server(cfg: ServeConfig, cold: ColdStart) -> int:
     sys.setswitchinterval(cfg.switch_interval_ms / 1e3)
-    workers = cfg.resolved_workers(len(os.sched_getaffinity(0)))
+    device = resolve_device("auto") if cfg.device == "auto" else cfg.device
+    workers = cfg.resolved_workers(len(os.sched_getaffinity(0)), device)
     if workers > 0:
         from netgain.server.multiproc.supervisor import run_multiprocess
 

@@ -82,12 +82,14 @@ class ServeConfig:
             if not ok:
                 raise ValueError(message)
 
-    def resolved_workers(self, cores: int) -> int:
-        """Frontend processes for ``--workers auto``: none (one process) below 4 usable cores, else
-        one per core beyond the two the device process and the supervisor use, at most 16;
-        none with --profile-dir."""
+    def resolved_workers(self, cores: int, device: str) -> int:
+        """Frontend processes for ``--workers auto``: none (one process) below 4 usable cores or with
+        --profile-dir; on a GPU one per core beyond the two the device process and the supervisor
+        use, at most 16; on the CPU two, leaving the other cores to model compute."""
         if isinstance(self.workers, int):
             return self.workers
-        if self.profile_dir:  # the Profile RPC captures the one-process server's device thread
+        if self.profile_dir or cores < 4:  # the Profile RPC captures the one-process server's device thread
             return 0
-        return 0 if cores < 4 else min(16, cores - 2)
+        if not device.startswith("cuda"):  # the forward, not pre-processing, takes a CPU run's cores
+            return 2
+        return min(16, cores - 2)
