@@ -5,9 +5,11 @@ torch thread each, and the forward pass alone at the batch size on the device (t
 already collated and pinned; copies included, as the server pays them). Then ``netgain serve``
 (pinned to those cores) is driven by ``netgain load`` (pinned to the other cores) with Poisson
 arrivals at rising rates until p99 exceeds the SLO; capacity is the highest rate that held it
-with a valid run and under 0.1 % errors. Prints capacity / min(ceilings).
+with a valid run and under 0.1 % errors. Prints capacity / ceiling, where the ceiling is
+min(pre-processing, forward) on a GPU and, on the CPU, where both stages share the same cores,
+1 / (1/pre-processing + 1/forward).
 
-    python benchmarks/bench_ceiling.py --model image --device cuda --server-cores 12 --batch 32
+    python benchmarks/bench_ceiling.py --model image --device cuda --server-cores 10 --batch 32
 """
 
 from __future__ import annotations
@@ -160,6 +162,12 @@ def run_rate(target: str, a: argparse.Namespace, rate: float, out: str) -> dict[
     phases = (rep or {}).get("phases_ms") or {}
     t["phases"] = {k: v.get("p50") for k, v in phases.items() if isinstance(v, dict)}
     t["cpu"] = (rep or {}).get("cpu")
+    tail = ((rep or {}).get("tail") or {}).get("p99") or {}
+    t["tail"] = {
+        "dominant": tail.get("dominant"),
+        "mean_ms": {k: round(v["tail_mean_ms"], 2) for k, v in (tail.get("phases") or {}).items()
+                    if v.get("tail_mean_ms") is not None and v["tail_mean_ms"] >= 0.05},
+    }  # fmt: skip
     return t
 
 
@@ -172,15 +180,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--queue-delay-ms", type=float, default=2.0)
     ap.add_argument(
-        "--server-cores", type=int, default=12, help="the first N usable cores serve; the rest load"
+        "--server-cores", type=int, default=10, help="the first N usable cores serve; the rest load"
     )
     ap.add_argument("--workers", default="auto", help="netgain serve --workers")
-    ap.add_argument("--pre-threads", type=int, default=1)
-    ap.add_argument("--load-workers", type=int, default=4)
+    ap.add_argument("--pre-threads", type=int, default=2, help="netgain serve --pre-threads")
+    ap.add_argument("--load-workers", type=int, default=0, help="0: one per load core")
     ap.add_argument(
         "--connections",
         type=int,
-        default=16,
+        default=64,
         help="per load worker: the kernel spreads connections over frontends",
     )
     ap.add_argument("--slo-ms", type=float, default=100.0)
@@ -200,17 +208,22 @@ def main(argv: list[str] | None = None) -> int:
     server_cores, load_cores = cores[: a.server_cores], cores[a.server_cores :]
     if not load_cores:
         raise SystemExit("--server-cores leaves no core for the load generator")
+    a.load_workers = a.load_workers or len(load_cores)
     print(f"server pinned to cores {server_cores[0]}-{server_cores[-1]}, load generator to "
           f"{load_cores[0]}-{load_cores[-1]}", flush=True)  # fmt: skip
     pre = pre_ceiling(a.model, options, server_cores, a.pre_seconds)
     with pinned(set(server_cores)):
         fwd = forward_ceiling(a.model, options, a.device, a.dtype, a.batch)
-    ceiling = min(pre, fwd["items_s"])
-    limit = "pre-processing" if pre <= fwd["items_s"] else "forward"
+    if a.device.startswith("cuda"):
+        ceiling = min(pre, fwd["items_s"])
+        limit = "pre-processing" if pre <= fwd["items_s"] else "forward"
+    else:  # on the CPU both stages share the server's cores: each item costs both core times
+        ceiling = 1.0 / (1.0 / pre + 1.0 / fwd["items_s"])
+        limit = "pre-processing + forward on the same cores"
     fwd_s = fwd["items_s"]
     print(f"ceilings: pre-processing {pre:,.0f}/s on {len(server_cores)} cores; forward {fwd_s:,.0f}/s "
-          f"at batch {a.batch} (kernel alone {fwd['kernel_items_s']:,.0f}/s); min {ceiling:,.0f}/s ({limit})",
-          flush=True)  # fmt: skip
+          f"at batch {a.batch} (kernel alone {fwd['kernel_items_s']:,.0f}/s); "
+          f"ceiling {ceiling:,.0f}/s ({limit})", flush=True)  # fmt: skip
     from netgain.loadgen.orchestrate import ServerProcess
 
     serve = [
@@ -256,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(r)
             done = r["throughput"]
             print(f"  {rate:8,.0f}/s: p99 {r['p99']:.1f} ms, {done:,.0f}/s done, valid {r['valid']}, "
-                  f"{r['bottleneck']}; phase p50 ms {json.dumps(r['phases'])}; cpu {json.dumps(r['cpu'])}",
+                  f"{r['bottleneck']}; phase p50 ms {json.dumps(r['phases'])}; tail (>= p99) phase means ms "
+                  f"{json.dumps(r['tail'])}; cpu {json.dumps(r['cpu'])}",
                   flush=True)  # fmt: skip
             if held:
                 capacity = max(capacity, r["throughput"])

@@ -9,10 +9,14 @@ else
   export PYTHONPATH=$PWD
 fi
 export PYTHONUNBUFFERED=1
+# Server on cores 0-9, the load generator on the rest (one worker per core, 64 connections each).
+C="--duration 6 --warmup-s 2 --step 0.1 --pre-seconds 3"
 for m in "${@:-image}"; do
   case $m in
-    image) timeout 560 python3 benchmarks/bench_ceiling.py --model image --device cuda --batch 32 --server-cores 12 ;;
-    text) timeout 560 python3 benchmarks/bench_ceiling.py --model text --handler-option pad=fixed --device cuda --batch 64 --server-cores 12 ;;
-    *) timeout 560 python3 benchmarks/bench_ceiling.py $m ;;
+    image) timeout -s INT 560 python3 benchmarks/bench_ceiling.py --model image --device cuda --batch 32 --start 0.3 $C ;;
+    text) timeout -s INT 560 python3 benchmarks/bench_ceiling.py --model text --handler-option pad=fixed --device cuda --batch 64 --start 0.4 $C ;;
+    image-cpu) timeout -s INT 560 python3 benchmarks/bench_ceiling.py --model image --device cpu --server-cores 12 --batch 8 --start 0.3 $C ;;
+    text-cpu) timeout -s INT 560 python3 benchmarks/bench_ceiling.py --model text --device cpu --server-cores 12 --batch 8 --queue-delay-ms 10 --start 0.3 $C ;;
+    *) timeout -s INT 560 python3 benchmarks/bench_ceiling.py $m ;;
   esac
 done
