@@ -175,16 +175,26 @@ def test_spans_continue_the_clients_trace(
     fresh = {requests[rid].trace_id for rid in [*untraced, "malformed"]}
     assert len(fresh) == 3  # each its own new trace
 
-    batches = [s for s in spans if s.name == "netgain.batch"]
-    if workers == "0":  # the one-process server forms batches itself: a span per batch, linked
-        by_request = {(s.trace_id, s.span_id): rid for rid, s in requests.items()}
+    # A span per batch, linked to its requests' spans; with --workers the device process exports
+    # them from the ids each frontend handed over with the request.
+    by_request = {(s.trace_id, s.span_id): rid for rid, s in requests.items()}
+    end = time.monotonic() + 20
+    while True:
+        batches = [s for s in receiver.snapshot() if s.name == "netgain.batch"]
         linked = {by_request.get((lk.trace_id, lk.span_id)) for b in batches for lk in b.links}
-        assert set(trailers) <= linked
-        for b in batches:
-            assert b.end_time_unix_nano >= b.start_time_unix_nano
-            assert attrs(b)["netgain.batch.requests"] == len(b.links)
-    else:  # the device process forms them and sees no trace context (docs/server.md)
-        assert batches == []
+        if set(trailers) <= linked or time.monotonic() > end:
+            break
+        time.sleep(0.1)
+    assert set(trailers) <= linked
+    for b in batches:
+        assert b.end_time_unix_nano >= b.start_time_unix_nano
+        assert attrs(b)["netgain.batch.requests"] == len(b.links)
+        linked_batch = {
+            attrs(requests[r])["netgain.batch.id"]
+            for r in {by_request.get((lk.trace_id, lk.span_id)) for lk in b.links}
+            if r
+        }
+        assert linked_batch <= {attrs(b)["netgain.batch.id"]}
     assert all(r["service.name"] == "netgain" for r in receiver.resources)
 
     # Exemplars carry the trace id beside the request id; exported spans are counted.

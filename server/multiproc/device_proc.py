@@ -151,6 +151,7 @@ class DeviceProcess:
 
         from netgain.server.app import versions
         from netgain.server.telemetry.metrics import ServerMetrics
+        from netgain.server.telemetry.otlp import build_tracing
         from netgain.server.telemetry.recorder import Recorder
         from netgain.server.telemetry.samplers import Sampler
 
@@ -159,7 +160,16 @@ class DeviceProcess:
         self.metrics = ServerMetrics(self.registry, self.handler.name, self.device)
         slots = sum(r.slots for r in self.rings)
         self.requests = RequestQueue(max(cfg.max_queue_size, slots))
-        self.recorder = Recorder(self.metrics if cfg.instrumentation else None, None, cfg.recorder_interval_s)
+        tracer, exporter = build_tracing(
+            cfg.otlp_endpoint, self.metrics if cfg.instrumentation else None, self.handler.name, self.device
+        )
+        self.recorder = Recorder(
+            self.metrics if cfg.instrumentation else None,
+            None,
+            cfg.recorder_interval_s,
+            tracer=tracer,
+            exporter=exporter,
+        )
         threads = max(2, cfg.pre_threads)  # gathering items from slots and collating: no decode here
         staging = len(self.runners) + threads + 2 if self.device.startswith("cuda") else 0
         self.pipeline = Pipeline(
@@ -204,7 +214,9 @@ class DeviceProcess:
     def _on_batch(self, batch: Batch, result: Any) -> None:
         size = batch.rows[-1][2] if batch.rows else 0
         # Phase histograms are the frontends' (they see each request whole): batch metrics only here.
-        self.recorder.batch_done(size, result.kernel_ns if result is not None else 0, ())
+        kernel_ns = result.kernel_ns if result is not None else 0
+        self.recorder.batch_done(size, kernel_ns, ())
+        self.recorder.trace_batch(batch.requests, size, kernel_ns)
 
     def _read(self) -> None:
         """One thread reads every frontend's pipe (threads per frontend would contend for the GIL)."""
@@ -224,7 +236,7 @@ class DeviceProcess:
         head = read_exact(fd, REQUEST.size)
         if head is None:
             return False
-        origin, code, n, seq, deadline_ns, handed_ns, pre_ns, mlen = REQUEST.unpack(head)
+        origin, code, n, seq, deadline_ns, handed_ns, pre_ns, mlen, trace_id, span_id = REQUEST.unpack(head)
         body = read_exact(fd, 4 * n + mlen)
         if body is None:
             return False
@@ -238,6 +250,8 @@ class DeviceProcess:
             seq=seq,
             front_pre_ns=pre_ns,
         )
+        if any(trace_id):  # the owner's ids for this request: its batch span links to them
+            p.trace = (trace_id, span_id, b"")
         if code:  # pre-processing failed in the frontend that took it: answer the owner
             p.fail(CODES[code], body[4 * n :].decode("utf-8", "replace"))
             self.deliver([p])

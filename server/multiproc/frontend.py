@@ -75,6 +75,7 @@ class Handoff:
         self.closed = False
         self.device_gone = False
         self.taking = True
+        self.tracer: Any = None  # a TraceBuilder with --otlp-endpoint (set once tracing is built)
         self._busy = 0
         self._busy_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -117,11 +118,20 @@ class Handoff:
             return False
         self.ring.chain(slots, seq)
         try:
-            os.write(self.work_fds[1], WORK.pack(self.index, len(slots), slots[0], seq, p.deadline_ns or 0))
+            work = WORK.pack(self.index, len(slots), slots[0], seq, p.deadline_ns or 0, *self._trace(p))
+            os.write(self.work_fds[1], work)
         except BlockingIOError:
             self.ring.claims[slots[0], TAKER] = HANDED
             return False
         return True
+
+    def _trace(self, p: Pending) -> tuple[bytes, bytes]:
+        """The request's trace and span ids when traced (assigned now, kept on the request), so the
+        device process's batch span links to the span this frontend exports."""
+        if self.tracer is None:
+            return b"", b""
+        trace_id, span_id, _ = self.tracer.context(p)
+        return trace_id, span_id
 
     # -- pre-processing threads: shared work first, this frontend's own oversized items via the pool
     def start_takers(self, threads: int) -> None:
@@ -164,7 +174,9 @@ class Handoff:
                 with self._busy_lock:
                     self._busy -= 1
 
-    def _take(self, origin: int, n: int, first: int, seq: int, deadline: int) -> None:
+    def _take(
+        self, origin: int, n: int, first: int, seq: int, deadline: int, trace_id: bytes, span_id: bytes
+    ) -> None:
         ring = self.rings[origin]
         ring.claims[first, TAKER] = self.index
         slots = ring.chained(first, n)
@@ -181,7 +193,7 @@ class Handoff:
             log.exception("preprocess failed for a request of frontend %d", origin)
             code, message = "INTERNAL", f"preprocess error: {type(exc).__name__}: {exc}"
         t1 = self.clock()
-        record = encode_request(origin, seq, deadline, t1, t1 - t0, slots, code, message)
+        record = encode_request(origin, seq, deadline, t1, t1 - t0, slots, code, message, (trace_id, span_id))
         try:
             os.write(self.request_fd, record)
         finally:
@@ -206,7 +218,8 @@ class Handoff:
             self._call(self._finish, seq)
             return
         try:
-            os.write(self.request_fd, encode_request(self.index, seq, p.deadline_ns or 0, t1, 0, slots))
+            record = encode_request(self.index, seq, p.deadline_ns or 0, t1, 0, slots, trace=self._trace(p))
+            os.write(self.request_fd, record)
         except OSError:
             p.fail("UNAVAILABLE", "the device process exited; this server cannot answer")
             self._call(self._finish, seq)
@@ -349,6 +362,7 @@ class Frontend:
         tracer, exporter = build_tracing(
             cfg.otlp_endpoint, metrics if cfg.instrumentation else None, self.handler.name, self.device
         )
+        self.handoff.tracer = tracer
         recorder = Recorder(
             metrics if cfg.instrumentation else None,
             span_log,

@@ -25,11 +25,13 @@ ITEM_HEADER = _ITEM.size
 TENSOR, PICKLE = 1, 2
 MAX_DIMS = 8
 
-# any frontend -> every frontend (one shared pipe): origin frontend, items, first slot, seq, deadline_ns
-WORK = struct.Struct("<HHIQq")
+# any frontend -> every frontend (one shared pipe): origin frontend, items, first slot, seq,
+# deadline_ns, trace id and span id (zeros when not traced: the device links batch spans to them)
+WORK = struct.Struct("<HHIQq16s8s")
 # frontend -> device: origin, code, items, seq, deadline_ns (0: none), handed_ns, pre_ns, message
-# bytes; then items x u32 slot, then the message (a failed pre-processing, answered by the device)
-REQUEST = struct.Struct("<HHIQqqqH")
+# bytes, trace id, span id; then items x u32 slot, then the message (a failed pre-processing,
+# answered by the device)
+REQUEST = struct.Struct("<HHIQqqqH16s8s")
 # A request's slots are chained in the owner ring's claim table (column NEXT); its first slot's
 # TAKER says who is pre-processing it, so the device can answer what a dead frontend held.
 TAKER, SEQ, NEXT = 0, 1, 2
@@ -182,10 +184,11 @@ def encode_request(
     slots: list[int],
     code: str = "OK",
     message: str = "",
+    trace: tuple[bytes, bytes] = (b"", b""),
 ) -> bytes:
     msg = message.encode("utf-8", "replace")[:MAX_MESSAGE]
     idx = CODES.index(code) if code in CODES else CODES.index("UNKNOWN")
-    head = REQUEST.pack(origin, idx, len(slots), seq, deadline_ns, handed_ns, pre_ns, len(msg))
+    head = REQUEST.pack(origin, idx, len(slots), seq, deadline_ns, handed_ns, pre_ns, len(msg), *trace)
     return head + struct.pack(f"<{len(slots)}I", *slots) + msg
 
 

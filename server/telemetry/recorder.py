@@ -149,6 +149,11 @@ class Recorder:
         if self.tracer is not None:
             self._traced.append((p, total_ns))
 
+    def trace_batch(self, requests: Sequence[Pending], size: int, kernel_ns: int) -> None:
+        """A batch span only (the device process of --workers: the frontends count the phases)."""
+        if self.tracer is not None and requests:
+            self._traced_batches.append((requests, size, kernel_ns, time.perf_counter_ns()))
+
     def batch_done(self, size: int, kernel_ns: int, requests: Sequence[Pending] = ()) -> None:
         """On a post-processing thread, once per batch: ``requests`` are the batch's; the phases
         they share (pre, h2d, kernel, d2h) are observed once, counted for each OK request."""
