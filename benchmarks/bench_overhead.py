@@ -29,6 +29,16 @@ MODELS = {
 }
 
 
+def tree_cpu(proc: psutil.Process) -> float:
+    """User + system seconds of the server and every process under it (--workers: frontends and
+    the device process are children of the supervisor)."""
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += sum(p.cpu_times()[:2])
+    return total
+
+
 def measure(
     model: str,
     device: str,
@@ -37,21 +47,22 @@ def measure(
     procs: int,
     conc: int,
     cpus: tuple[set[int] | None, set[int] | None],
+    workers: str = "0",
 ) -> tuple[float, float, float, float]:
-    args = ["--model", model, "--device", device, "--pre-threads", "4", *MODELS[model]]
+    args = ["--model", model, "--device", device, "--pre-threads", "4", "--workers", workers, *MODELS[model]]
     if not instrumented:
         args.append("--no-instrumentation")
     opts = ["size=64"] if model == "image" else []
     with pinned(cpus[0]), ServerProcess(args) as server:
         server.wait_ready()
         proc = psutil.Process(server.pid)
-        before = sum(proc.cpu_times()[:2])
+        before = tree_cpu(proc)
         with pinned(cpus[1]):
             sat = run_clients(
                 server.target, model, processes=procs, concurrency=conc, duration=duration, options=opts
             )
         # Server CPU per request: far steadier than throughput when clients share the cores.
-        cpu_us = (sum(proc.cpu_times()[:2]) - before) / max(1.0, sat.rps * (duration + 1.0)) * 1e6
+        cpu_us = (tree_cpu(proc) - before) / max(1.0, sat.rps * (duration + 1.0)) * 1e6
         with pinned(cpus[1]):
             one = run_clients(
                 server.target, model, processes=1, concurrency=1, duration=duration / 2, options=opts
@@ -79,6 +90,7 @@ def measure_side_by_side(
     procs: int,
     conc: int,
     sets: list[tuple[set[int], set[int]]],
+    workers: str = "0",
 ) -> dict[bool, tuple[float, float, float, float]]:
     """On and off at the same time, each server and its clients on their own cores (``sets[0]``
     for instrumentation on): whatever else the host does in that window hits both alike."""
@@ -86,7 +98,8 @@ def measure_side_by_side(
     with contextlib.ExitStack() as stack:
         servers = {}
         for instr, (server_cpus, _) in zip((True, False), sets, strict=True):
-            args = ["--model", model, "--device", device, "--pre-threads", "4", *MODELS[model]]
+            args = ["--model", model, "--device", device, "--pre-threads", "4", "--workers", workers]
+            args += MODELS[model]
             if not instr:
                 args.append("--no-instrumentation")
             with pinned(server_cpus):
@@ -97,13 +110,13 @@ def measure_side_by_side(
         def load(instr: bool, client_cpus: set[int]) -> tuple[float, float, float]:
             sp = servers[instr]
             proc = psutil.Process(sp.pid)
-            before = sum(proc.cpu_times()[:2])
+            before = tree_cpu(proc)
             # pinned() sets this thread's mask, which the client processes it starts inherit.
             with pinned(client_cpus):
                 sat = run_clients(
                     sp.target, model, processes=procs, concurrency=conc, duration=duration, options=opts
                 )
-                cpu_us = (sum(proc.cpu_times()[:2]) - before) / max(1.0, sat.rps * (duration + 1.0)) * 1e6
+                cpu_us = (tree_cpu(proc) - before) / max(1.0, sat.rps * (duration + 1.0)) * 1e6
             return sat.rps, cpu_us, sat.client_cores
 
         with ThreadPoolExecutor(2) as ex:
@@ -145,6 +158,9 @@ def main() -> None:
         help="run on and off at the same time on disjoint cores (needs 4x --server-cores cores); "
         "the two core sets swap every trial",
     )
+    ap.add_argument(
+        "--workers", default="0", help="netgain serve --workers (server CPU counts every process of it)"
+    )
     a = ap.parse_args()
     cpus = split_cpus(a.server_cores)
     pairs = side_by_side_cpus(a.server_cores) if a.side_by_side else None
@@ -161,13 +177,17 @@ def main() -> None:
         for trial in range(a.trials):
             if pairs:
                 sets = pairs if trial % 2 == 0 else pairs[::-1]
-                both = measure_side_by_side(model, a.device, a.duration, a.client_procs, a.concurrency, sets)
+                both = measure_side_by_side(
+                    model, a.device, a.duration, a.client_procs, a.concurrency, sets, a.workers
+                )
                 for instr in (True, False):
                     res[instr].append(both[instr])
             else:
                 for instr in (True, False) if trial % 2 == 0 else (False, True):
                     res[instr].append(
-                        measure(model, a.device, instr, a.duration, a.client_procs, a.concurrency, cpus)
+                        measure(
+                            model, a.device, instr, a.duration, a.client_procs, a.concurrency, cpus, a.workers
+                        )
                     )
             on, off = res[True][-1], res[False][-1]
             print(
