@@ -50,7 +50,10 @@ def test_a_worker_beyond_the_expected_ones_says_so_and_exits_non_zero(
         for p in (master, *workers):
             if p.poll() is None:
                 p.kill()
-    assert master.returncode == 0, m_err[-2000:]
+    # 3: the run was measured INVALID (a loaded 2-core host can fall behind schedule), which is not
+    # what this test is about; any other code means the master failed.
+    assert master.returncode in (0, 3), m_err[-2000:]
+    assert "Traceback" not in m_err
     codes = sorted(w.returncode for w in workers)
     assert codes == [0, SURPLUS_EXIT], (codes, [e[-1000:] for _, e in outs])
     surplus_err = next(e for w, (_, e) in zip(workers, outs, strict=True) if w.returncode == SURPLUS_EXIT)
