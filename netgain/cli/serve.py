@@ -53,7 +53,8 @@ def add_parser(sub: Any) -> None:
         "--workers",
         default="auto",
         help="frontend processes (gRPC + pre/post) feeding one device process through shared memory; "
-        "0: everything in one process; auto: from the cores this server may use",
+        "0: everything in one process; auto: on a GPU one per core beyond two (at most 16), on the CPU 2; "
+        "one process below 4 cores",
     )
     flag(
         p,
@@ -63,7 +64,14 @@ def add_parser(sub: Any) -> None:
         help="shared-memory hand-off slots per frontend, one per item in flight (0: from the batch size)",
     )
     flag(p, "--pre-threads", type=int, default=2, help="threads for pre- and post-processing")
-    flag(p, "--intra-op-threads", type=int, default=0, help="torch intra-op threads (0: all usable cores)")
+    flag(
+        p,
+        "--intra-op-threads",
+        type=int,
+        default=0,
+        help="torch intra-op threads (0: all usable cores; with --workers the device process "
+        "takes 1 on a GPU, the cores the frontends leave on the CPU)",
+    )
     flag(p, "--max-message-mb", type=float, default=16.0, help="largest request or response message")
     flag(p, "--max-items-per-request", type=int, default=256, help="most inputs in one request")
     flag(p, "--span-log", default=None, help="write one JSON line per request to this file")
