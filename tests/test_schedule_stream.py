@@ -212,8 +212,11 @@ def test_engine_memory_does_not_grow_with_the_schedule() -> None:
     # holds blocks of up to 65,536 requests (the master's memory, bounded by the test above).
     peaks = {s: _engine_peak(s, 5000.0) for s in (0.5, 5.0, 50.0)}
     print({s: (round(p / 1e6, 2), n) for s, (p, n) in peaks.items()})
-    assert peaks[50.0][0] < 1.5 * peaks[5.0][0]  # 10x the requests, a flat peak
-    assert peaks[50.0][0] < 2 * peaks[0.5][0]  # 100x the requests
+    # Bytes added per extra request: keeping any column of the schedule (8 bytes of t_ns alone, ~22
+    # for a row) would cross 8; a loaded host's lag adds less (3 measured in a fresh venv on 2 cores).
+    for short in (0.5, 5.0):
+        grown = (peaks[50.0][0] - peaks[short][0]) / (peaks[50.0][1] - peaks[short][1])
+        assert grown < 8.0, (short, grown)
 
 
 @pytest.mark.parametrize(
