@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -180,18 +180,10 @@ class Handoff:
         ring = self.rings[origin]
         ring.claims[first, TAKER] = self.index
         slots = ring.chained(first, n)
-        code, message = "OK", ""
         t0 = self.clock()
-        try:
-            for slot in slots:
-                ring.put(slot, self.handler.preprocess(ring.get(slot)))
-        except InvalidInput as exc:
-            code, message = "INVALID_ARGUMENT", str(exc)
-        except SlotTooSmall as exc:
-            code, message = "RESOURCE_EXHAUSTED", f"pre-processed item: {exc}"
-        except Exception as exc:
-            log.exception("preprocess failed for a request of frontend %d", origin)
-            code, message = "INTERNAL", f"preprocess error: {type(exc).__name__}: {exc}"
+        code, message = self._preprocess(
+            ring, ((ring.get(slot), slot) for slot in slots), f"a request of frontend {origin}"
+        )
         t1 = self.clock()
         record = encode_request(origin, seq, deadline, t1, t1 - t0, slots, code, message, (trace_id, span_id))
         try:
@@ -199,22 +191,30 @@ class Handoff:
         finally:
             ring.claims[first, TAKER] = HANDED
 
+    def _preprocess(self, ring: Ring, items: Iterable[tuple[Any, int]], what: str) -> tuple[str, str]:
+        """Pre-process each (raw item, slot) into its slot: ("OK", "") or the failure's code and message."""
+        try:
+            for x, slot in items:
+                ring.put(slot, self.handler.preprocess(x))
+        except InvalidInput as exc:
+            return "INVALID_ARGUMENT", str(exc)
+        except SlotTooSmall as exc:
+            return "RESOURCE_EXHAUSTED", f"pre-processed item: {exc}"
+        except Exception as exc:
+            log.exception("preprocess failed for %s", what)
+            return "INTERNAL", f"preprocess error: {type(exc).__name__}: {exc}"
+        return "OK", ""
+
     def _pre(self, seq: int, p: Pending, slots: list[int]) -> None:
         """On the pool: decode into the slots, then hand the record over."""
         t0 = self.clock()
-        try:
-            for x, slot in zip(p.inputs, slots, strict=True):
-                self.ring.put(slot, self.handler.preprocess(x))
-        except InvalidInput as exc:
-            p.fail("INVALID_ARGUMENT", str(exc))
-        except SlotTooSmall as exc:
-            p.fail("RESOURCE_EXHAUSTED", f"pre-processed item: {exc}")
-        except Exception as exc:
-            log.exception("preprocess failed for request %s", p.request_id)
-            p.fail("INTERNAL", f"preprocess error: {type(exc).__name__}: {exc}")
+        code, message = self._preprocess(
+            self.ring, zip(p.inputs, slots, strict=True), f"request {p.request_id}"
+        )
         t1 = self.clock()
         p.spans["pre"] = t1 - t0
-        if p.code != "OK":
+        if code != "OK":
+            p.fail(code, message)
             self._call(self._finish, seq)
             return
         try:
