@@ -100,14 +100,26 @@ def forward_ceiling(
     return result
 
 
-def server_processes(supervisor: int, port: int) -> tuple[int, list[int]]:
-    """(device process pid, frontend pids): the frontends are the children listening on the port."""
+def server_processes(supervisor: int) -> dict[str, int]:
+    """The pid of the device process, the first frontend and the first pre-processing process
+    (by the names the server gives them: ``ng-device``, ``ng-front-0``, ``ng-pre-N``)."""
     import psutil
 
-    kids = psutil.Process(supervisor).children()
-    fronts = [k.pid for k in kids if any(c.laddr.port == port for c in k.net_connections("tcp"))]
-    device = [k.pid for k in kids if k.pid not in fronts]
-    return (device[0] if device else -1), fronts
+    found: dict[str, int] = {}
+    for k in psutil.Process(supervisor).children():
+        name = k.name()
+        role = (
+            "device"
+            if "device" in name
+            else "frontend"
+            if "-front-" in name
+            else "pre"
+            if "-pre-" in name
+            else ""
+        )
+        if role and role not in found:
+            found[role] = k.pid
+    return found
 
 
 def spy(pid: int, seconds: float, out: str, gil: bool) -> subprocess.Popen[bytes]:
@@ -182,8 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--server-cores", type=int, default=10, help="the first N usable cores serve; the rest load"
     )
-    ap.add_argument("--workers", default="auto", help="netgain serve --workers")
     ap.add_argument("--pre-threads", type=int, default=2, help="netgain serve --pre-threads")
+    ap.add_argument(
+        "--variant", action="append", default=[],
+        help="netgain serve flags for one sweep, e.g. '--workers 3 --pre-processes 7'; repeat to sweep "
+        "several layouts against the same ceilings (default: one sweep with the server's defaults)",
+    )  # fmt: skip
     ap.add_argument("--load-workers", type=int, default=0, help="0: one per load core")
     ap.add_argument(
         "--connections",
@@ -199,8 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pre-seconds", type=float, default=5.0)
     ap.add_argument(
         "--profile-at", type=float, default=0.0,
-        help="py-spy the device process and one frontend during the first rate at or above this fraction "
-        "of the ceiling (0: no profile)",
+        help="py-spy the device process, one frontend and one pre-processing process during the first "
+        "rate at or above this fraction of the ceiling (0: no profile)",
     )  # fmt: skip
     a = ap.parse_args(argv)
     options = dict(o.split("=", 1) for o in a.handler_option)
@@ -224,14 +240,34 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ceilings: pre-processing {pre:,.0f}/s on {len(server_cores)} cores; forward {fwd_s:,.0f}/s "
           f"at batch {a.batch} (kernel alone {fwd['kernel_items_s']:,.0f}/s); "
           f"ceiling {ceiling:,.0f}/s ({limit})", flush=True)  # fmt: skip
+    summary = []
+    for variant in a.variant or [""]:
+        capacity = sweep(a, variant, ceiling, server_cores, load_cores)
+        ratio = capacity / ceiling if ceiling else 0.0
+        summary.append(
+            f"{a.model} on {a.device} ({a.dtype}, batch {a.batch}, {variant or 'defaults'}): capacity at "
+            f"p99 <= {a.slo_ms:.0f} ms {capacity:,.0f}/s = {100 * ratio:.0f} % of the ceiling "
+            f"{ceiling:,.0f}/s ({limit}); target >= 60 %: {'PASS' if ratio >= 0.6 else 'MISS'}"
+        )
+    print("\n" + "\n".join(summary))
+    return 0
+
+
+def sweep(
+    a: argparse.Namespace, variant: str, ceiling: float, server_cores: list[int], load_cores: list[int]
+) -> float:
+    """Rising rates against one server layout until p99 fails twice; the capacity found."""
+    import shlex
+
     from netgain.loadgen.orchestrate import ServerProcess
 
     serve = [
-        "--model", a.model, "--device", a.device, "--dtype", a.dtype, "--workers", a.workers,
+        "--model", a.model, "--device", a.device, "--dtype", a.dtype,
         "--max-batch-size", str(a.batch), "--max-queue-delay-ms", str(a.queue_delay_ms),
         "--pre-threads", str(a.pre_threads),
-        *[x for o in a.handler_option for x in ("--handler-option", o)],
+        *[x for o in a.handler_option for x in ("--handler-option", o)], *shlex.split(variant),
     ]  # fmt: skip
+    print(f"\n== {variant or 'defaults'}", flush=True)
     rows: list[dict[str, Any]] = []
     capacity = 0.0
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
@@ -239,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             server = stack.enter_context(ServerProcess(serve, log_path=os.path.join(tmp, "server.log")))
             server.wait_ready()
         with open(os.path.join(tmp, "server.log")) as fh:
-            print("".join(line for line in fh if "frontend processes" in line).strip(), flush=True)
+            print("".join(line for line in fh if "device process" in line).strip(), flush=True)
         rate = a.start * ceiling
         fails = 0
         profiled = not a.profile_at
@@ -247,48 +283,35 @@ def main(argv: list[str] | None = None) -> int:
             spies: list[tuple[str, str, subprocess.Popen[bytes]]] = []
             if not profiled and rate >= a.profile_at * ceiling:
                 profiled = True
-                device_pid, fronts = server_processes(server.proc.pid, server.grpc_port)  # type: ignore[union-attr]
                 secs = a.warmup_s + a.duration - 1
-                for name, pid in (("device", device_pid), ("frontend", fronts[0] if fronts else -1)):
+                for name, pid in server_processes(server.proc.pid).items():  # type: ignore[union-attr]
                     for gil in (False, True):
                         out = os.path.join(tmp, f"spy-{name}-{'gil' if gil else 'all'}.txt")
-                        spies.append(
-                            (
-                                f"{name} {'holding the GIL' if gil else 'running'}",
-                                out,
-                                spy(pid, secs, out, gil),
-                            )
-                        )
+                        label = f"{name} {'holding the GIL' if gil else 'running'}"
+                        spies.append((label, out, spy(pid, secs, out, gil)))
             with pinned(set(load_cores)):
                 r = run_rate(server.target, a, rate, os.path.join(tmp, f"r{len(rows)}"))
             for label, out, proc in spies:
                 proc.wait(60)
-                summary = spy_summary(out, a.warmup_s + a.duration - 1)
-                print(f"py-spy at {rate:,.0f}/s offered, {label}:\n{summary}")
-            held = r["held"]
+                found = spy_summary(out, a.warmup_s + a.duration - 1)
+                print(f"py-spy at {rate:,.0f}/s offered, {label}:\n{found}")
             rows.append(r)
-            done = r["throughput"]
-            print(f"  {rate:8,.0f}/s: p99 {r['p99']:.1f} ms, {done:,.0f}/s done, valid {r['valid']}, "
+            print(f"  {rate:8,.0f}/s: p99 {r['p99']:.1f} ms, {r['throughput']:,.0f}/s done, valid {r['valid']}, "  # noqa: E501
                   f"{r['bottleneck']}; phase p50 ms {json.dumps(r['phases'])}; tail (>= p99) phase means ms "
                   f"{json.dumps(r['tail'])}; cpu {json.dumps(r['cpu'])}",
                   flush=True)  # fmt: skip
-            if held:
+            if r["held"]:
                 capacity = max(capacity, r["throughput"])
                 fails = 0
             else:
                 fails += 1
             rate += a.step * ceiling
-    print()
     print(table(
         [[f"{r['rate']:,.0f}", f"{r['throughput']:,.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}", r["errors"],
           "yes" if r["valid"] else "NO", r["bottleneck"], "yes" if r["held"] else "no"] for r in rows],
         ["offered/s", "done/s", "p50 ms", "p99 ms", "errors", "valid", "bottleneck", f"p99<={a.slo_ms:.0f}"],
     ))  # fmt: skip
-    ratio = capacity / ceiling if ceiling else 0.0
-    print(f"\n{a.model} on {a.device} ({a.dtype}, batch {a.batch}, --workers {a.workers}): capacity at "
-          f"p99 <= {a.slo_ms:.0f} ms {capacity:,.0f}/s = {100 * ratio:.0f} % of the ceiling {ceiling:,.0f}/s "
-          f"({limit}); target >= 60 %: {'PASS' if ratio >= 0.6 else 'MISS'}")  # fmt: skip
-    return 0
+    return capacity
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16protos/inference.proto\x12\nnetgain.v1\"\'\n\x05Input\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x10\n\x08\x66\x65\x61tures\x18\x02 \x03(\x02\"@\n\x0cInferRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12!\n\x06inputs\x18\x02 \x03(\x0b\x32\x11.netgain.v1.Input\"6\n\x06Output\x12\x0e\n\x06values\x18\x01 \x03(\x02\x12\r\n\x05label\x18\x02 \x01(\x03\x12\r\n\x05score\x18\x03 \x01(\x02\"i\n\rInferResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12#\n\x07outputs\x18\x02 \x03(\x0b\x32\x12.netgain.v1.Output\x12\x10\n\x08\x62\x61tch_id\x18\x03 \x01(\x04\x12\x12\n\nbatch_size\x18\x04 \x01(\r\"\x13\n\x11ServerInfoRequest\"@\n\x0e\x43oldStartPhase\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x61t_s\x18\x02 \x01(\x01\x12\x12\n\nduration_s\x18\x03 \x01(\x01\"\xaf\x01\n\x0e\x42\x61tchingConfig\x12\x16\n\x0emax_batch_size\x18\x01 \x01(\r\x12\x1a\n\x12max_queue_delay_ms\x18\x02 \x01(\x01\x12\x16\n\x0emax_queue_size\x18\x03 \x01(\r\x12\x11\n\tinstances\x18\x04 \x01(\r\x12\x13\n\x0bpre_threads\x18\x05 \x01(\r\x12\x0f\n\x07workers\x18\x06 \x01(\r\x12\x18\n\x10slots_per_worker\x18\x07 \x01(\r\"\x96\x04\n\x12ServerInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\t\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12>\n\x08versions\x18\x04 \x03(\x0b\x32,.netgain.v1.ServerInfoResponse.VersionsEntry\x12,\n\x08\x62\x61tching\x18\x05 \x01(\x0b\x32\x1a.netgain.v1.BatchingConfig\x12.\n\ncold_start\x18\x06 \x03(\x0b\x32\x1a.netgain.v1.ColdStartPhase\x12\x0b\n\x03pid\x18\x07 \x01(\r\x12\x14\n\x0cstart_unix_s\x18\x08 \x01(\x01\x12\r\n\x05ready\x18\t \x01(\x08\x12\x18\n\x10intra_op_threads\x18\n \x01(\r\x12\x0c\n\x04host\x18\x0b \x01(\t\x12K\n\x0fhandler_options\x18\x0c \x03(\x0b\x32\x32.netgain.v1.ServerInfoResponse.HandlerOptionsEntry\x12\x14\n\x0cmetrics_port\x18\r \x01(\x05\x12\x0f\n\x07handler\x18\x0e \x01(\t\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x35\n\x13HandlerOptionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"6\n\x0eProfileRequest\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\r\x12\x13\n\x0branges_only\x18\x02 \x01(\x08\"I\n\x0fProfileResponse\x12\x12\n\ntrace_path\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61tches\x18\x02 \x01(\r\x12\x11\n\tbatch_ids\x18\x03 \x03(\x03\x32\xda\x01\n\tInference\x12<\n\x05Infer\x12\x18.netgain.v1.InferRequest\x1a\x19.netgain.v1.InferResponse\x12K\n\nServerInfo\x12\x1d.netgain.v1.ServerInfoRequest\x1a\x1e.netgain.v1.ServerInfoResponse\x12\x42\n\x07Profile\x12\x1a.netgain.v1.ProfileRequest\x1a\x1b.netgain.v1.ProfileResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16protos/inference.proto\x12\nnetgain.v1\"\'\n\x05Input\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x10\n\x08\x66\x65\x61tures\x18\x02 \x03(\x02\"@\n\x0cInferRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12!\n\x06inputs\x18\x02 \x03(\x0b\x32\x11.netgain.v1.Input\"6\n\x06Output\x12\x0e\n\x06values\x18\x01 \x03(\x02\x12\r\n\x05label\x18\x02 \x01(\x03\x12\r\n\x05score\x18\x03 \x01(\x02\"i\n\rInferResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12#\n\x07outputs\x18\x02 \x03(\x0b\x32\x12.netgain.v1.Output\x12\x10\n\x08\x62\x61tch_id\x18\x03 \x01(\x04\x12\x12\n\nbatch_size\x18\x04 \x01(\r\"\x13\n\x11ServerInfoRequest\"@\n\x0e\x43oldStartPhase\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04\x61t_s\x18\x02 \x01(\x01\x12\x12\n\nduration_s\x18\x03 \x01(\x01\"\xc6\x01\n\x0e\x42\x61tchingConfig\x12\x16\n\x0emax_batch_size\x18\x01 \x01(\r\x12\x1a\n\x12max_queue_delay_ms\x18\x02 \x01(\x01\x12\x16\n\x0emax_queue_size\x18\x03 \x01(\r\x12\x11\n\tinstances\x18\x04 \x01(\r\x12\x13\n\x0bpre_threads\x18\x05 \x01(\r\x12\x0f\n\x07workers\x18\x06 \x01(\r\x12\x18\n\x10slots_per_worker\x18\x07 \x01(\r\x12\x15\n\rpre_processes\x18\x08 \x01(\r\"\x96\x04\n\x12ServerInfoResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x02 \x01(\t\x12\r\n\x05\x64type\x18\x03 \x01(\t\x12>\n\x08versions\x18\x04 \x03(\x0b\x32,.netgain.v1.ServerInfoResponse.VersionsEntry\x12,\n\x08\x62\x61tching\x18\x05 \x01(\x0b\x32\x1a.netgain.v1.BatchingConfig\x12.\n\ncold_start\x18\x06 \x03(\x0b\x32\x1a.netgain.v1.ColdStartPhase\x12\x0b\n\x03pid\x18\x07 \x01(\r\x12\x14\n\x0cstart_unix_s\x18\x08 \x01(\x01\x12\r\n\x05ready\x18\t \x01(\x08\x12\x18\n\x10intra_op_threads\x18\n \x01(\r\x12\x0c\n\x04host\x18\x0b \x01(\t\x12K\n\x0fhandler_options\x18\x0c \x03(\x0b\x32\x32.netgain.v1.ServerInfoResponse.HandlerOptionsEntry\x12\x14\n\x0cmetrics_port\x18\r \x01(\x05\x12\x0f\n\x07handler\x18\x0e \x01(\t\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x35\n\x13HandlerOptionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"6\n\x0eProfileRequest\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\r\x12\x13\n\x0branges_only\x18\x02 \x01(\x08\"I\n\x0fProfileResponse\x12\x12\n\ntrace_path\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61tches\x18\x02 \x01(\r\x12\x11\n\tbatch_ids\x18\x03 \x03(\x03\x32\xda\x01\n\tInference\x12<\n\x05Infer\x12\x18.netgain.v1.InferRequest\x1a\x19.netgain.v1.InferResponse\x12K\n\nServerInfo\x12\x1d.netgain.v1.ServerInfoRequest\x1a\x1e.netgain.v1.ServerInfoResponse\x12\x42\n\x07Profile\x12\x1a.netgain.v1.ProfileRequest\x1a\x1b.netgain.v1.ProfileResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,17 +38,17 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _globals['_COLDSTARTPHASE']._serialized_start=329
   _globals['_COLDSTARTPHASE']._serialized_end=393
   _globals['_BATCHINGCONFIG']._serialized_start=396
-  _globals['_BATCHINGCONFIG']._serialized_end=571
-  _globals['_SERVERINFORESPONSE']._serialized_start=574
-  _globals['_SERVERINFORESPONSE']._serialized_end=1108
-  _globals['_SERVERINFORESPONSE_VERSIONSENTRY']._serialized_start=1006
-  _globals['_SERVERINFORESPONSE_VERSIONSENTRY']._serialized_end=1053
-  _globals['_SERVERINFORESPONSE_HANDLEROPTIONSENTRY']._serialized_start=1055
-  _globals['_SERVERINFORESPONSE_HANDLEROPTIONSENTRY']._serialized_end=1108
-  _globals['_PROFILEREQUEST']._serialized_start=1110
-  _globals['_PROFILEREQUEST']._serialized_end=1164
-  _globals['_PROFILERESPONSE']._serialized_start=1166
-  _globals['_PROFILERESPONSE']._serialized_end=1239
-  _globals['_INFERENCE']._serialized_start=1242
-  _globals['_INFERENCE']._serialized_end=1460
+  _globals['_BATCHINGCONFIG']._serialized_end=594
+  _globals['_SERVERINFORESPONSE']._serialized_start=597
+  _globals['_SERVERINFORESPONSE']._serialized_end=1131
+  _globals['_SERVERINFORESPONSE_VERSIONSENTRY']._serialized_start=1029
+  _globals['_SERVERINFORESPONSE_VERSIONSENTRY']._serialized_end=1076
+  _globals['_SERVERINFORESPONSE_HANDLEROPTIONSENTRY']._serialized_start=1078
+  _globals['_SERVERINFORESPONSE_HANDLEROPTIONSENTRY']._serialized_end=1131
+  _globals['_PROFILEREQUEST']._serialized_start=1133
+  _globals['_PROFILEREQUEST']._serialized_end=1187
+  _globals['_PROFILERESPONSE']._serialized_start=1189
+  _globals['_PROFILERESPONSE']._serialized_end=1262
+  _globals['_INFERENCE']._serialized_start=1265
+  _globals['_INFERENCE']._serialized_end=1483
 # @@protoc_insertion_point(module_scope)

@@ -58,7 +58,7 @@ class ColdStartPhase(_message.Message):
     def __init__(self, name: _Optional[str] = ..., at_s: _Optional[float] = ..., duration_s: _Optional[float] = ...) -> None: ...
 
 class BatchingConfig(_message.Message):
-    __slots__ = ("max_batch_size", "max_queue_delay_ms", "max_queue_size", "instances", "pre_threads", "workers", "slots_per_worker")
+    __slots__ = ("max_batch_size", "max_queue_delay_ms", "max_queue_size", "instances", "pre_threads", "workers", "slots_per_worker", "pre_processes")
     MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUE_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUE_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -66,6 +66,7 @@ class BatchingConfig(_message.Message):
     PRE_THREADS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     SLOTS_PER_WORKER_FIELD_NUMBER: _ClassVar[int]
+    PRE_PROCESSES_FIELD_NUMBER: _ClassVar[int]
     max_batch_size: int
     max_queue_delay_ms: float
     max_queue_size: int
@@ -73,7 +74,8 @@ class BatchingConfig(_message.Message):
     pre_threads: int
     workers: int
     slots_per_worker: int
-    def __init__(self, max_batch_size: _Optional[int] = ..., max_queue_delay_ms: _Optional[float] = ..., max_queue_size: _Optional[int] = ..., instances: _Optional[int] = ..., pre_threads: _Optional[int] = ..., workers: _Optional[int] = ..., slots_per_worker: _Optional[int] = ...) -> None: ...
+    pre_processes: int
+    def __init__(self, max_batch_size: _Optional[int] = ..., max_queue_delay_ms: _Optional[float] = ..., max_queue_size: _Optional[int] = ..., instances: _Optional[int] = ..., pre_threads: _Optional[int] = ..., workers: _Optional[int] = ..., slots_per_worker: _Optional[int] = ..., pre_processes: _Optional[int] = ...) -> None: ...
 
 class ServerInfoResponse(_message.Message):
     __slots__ = ("model", "device", "dtype", "versions", "batching", "cold_start", "pid", "start_unix_s", "ready", "intra_op_threads", "host", "handler_options", "metrics_port", "handler")

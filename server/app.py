@@ -282,7 +282,7 @@ def run_server(cfg: ServeConfig, cold: ColdStart) -> int:
     if workers > 0:
         from netgain.server.multiproc.supervisor import run_multiprocess
 
-        return run_multiprocess(cfg, cold, workers)
+        return run_multiprocess(cfg, cold)
     if cfg.port:
         from netgain.server.ports import claim_port
 
@@ -385,6 +385,7 @@ def server_info(
     metrics_port: int,
     workers: int = 0,
     slots_per_worker: int = 0,
+    pre_processes: int = 0,
 ) -> pb.ServerInfoResponse:
     """The ServerInfo answer, the same for the one-process server and a --workers server."""
     return pb.ServerInfoResponse(
@@ -400,6 +401,7 @@ def server_info(
             pre_threads=cfg.pre_threads,
             workers=workers,
             slots_per_worker=slots_per_worker,
+            pre_processes=pre_processes,
         ),
         cold_start=[pb.ColdStartPhase(name=n, at_s=a, duration_s=d) for n, a, d in cold.timeline()],
         pid=os.getpid(),

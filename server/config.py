@@ -19,6 +19,7 @@ class ServeConfig:
     instances: int = 1
     pre_threads: int = 2
     workers: int | str = "auto"  # frontend processes; 0: one process; "auto": from the usable cores
+    pre_processes: int | str = "auto"  # processes that only pre-process; 0: the frontends' threads do
     slots_per_worker: int = 0  # hand-off slots per frontend; 0: sized from max_batch_size
     intra_op_threads: int = 0  # 0: every core this process may use
     max_message_bytes: int = 16 * 1024 * 1024
@@ -65,17 +66,12 @@ class ServeConfig:
                 "--otlp-endpoint must be an http:// or https:// URL (an OTLP/HTTP receiver, port 4318)",
             ),
         ]
-        workers = self.workers
-        if isinstance(workers, str) and workers != "auto":
-            try:
-                self.workers = workers = int(workers)
-            except ValueError:
-                raise ValueError(f"--workers {workers!r}: use a whole number >= 0 or auto") from None
+        self.workers = workers = _count_or_auto(self.workers, "--workers")
+        self.pre_processes = pre = _count_or_auto(self.pre_processes, "--pre-processes")
         checks += [
-            (
-                workers == "auto" or (isinstance(workers, int) and 0 <= workers <= 256),
-                "--workers must be 0..256 or auto",
-            ),
+            (workers == "auto" or 0 <= int(workers) <= 256, "--workers must be 0..256 or auto"),
+            (pre == "auto" or 0 <= int(pre) <= 256, "--pre-processes must be 0..256 or auto"),
+            (pre in ("auto", 0) or workers != 0, "--pre-processes needs --workers above 0"),
             (self.slots_per_worker >= 0, "--slots-per-worker must be >= 0 (0 = from the batch size)"),
         ]
         for ok, message in checks:
@@ -93,3 +89,40 @@ class ServeConfig:
         if not device.startswith("cuda"):  # the forward, not pre-processing, takes a CPU run's cores
             return 2
         return min(16, cores - 2)
+
+    def resolved_split(self, cores: int, device: str, pre_ms: float) -> tuple[int, int]:
+        """(frontends, pre-processing processes) for a server of several processes. On a GPU with
+        both left at auto, the cores beside the device process's one (at most 16) are split in
+        proportion to the CPU each side spends per request: ``pre_ms`` (the handler's
+        pre-processing, timed at start-up) against ``FRONTEND_MS`` (gRPC and hand-off). On the
+        CPU the forward takes the cores: no pre-processing processes unless asked for."""
+        workers = self.resolved_workers(cores, device)
+        if isinstance(self.pre_processes, int):
+            if self.pre_processes and not workers:
+                raise ValueError(
+                    f"--pre-processes needs frontend processes: with {cores} usable cores --workers auto "
+                    "runs one process; pass --workers 1 or more"
+                )
+            return workers, self.pre_processes
+        if workers == 0 or not device.startswith("cuda"):
+            return workers, 0
+        budget = max(2, min(16, cores - 1))
+        if isinstance(self.workers, int):
+            return workers, max(0, budget - workers)
+        front = round(budget * FRONTEND_MS / (FRONTEND_MS + max(0.0, pre_ms)))
+        front = max(1, min(budget - 1, front))
+        return front, budget - front
+
+
+# A frontend's CPU per request (gRPC, the servicer, the hand-off, post): about 0.9 ms per image
+# request on the reference host (docs/benchmarks.md), used only to size --pre-processes auto.
+FRONTEND_MS = 0.9
+
+
+def _count_or_auto(value: int | str, flag: str) -> int | str:
+    if isinstance(value, int) or value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{flag} {value!r}: use a whole number >= 0 or auto") from None

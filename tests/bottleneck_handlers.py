@@ -87,3 +87,20 @@ class SlowTagged(BusyPre):
         if item.data.startswith(b"slow"):
             time.sleep(self.sleep_ms / 1000)
         return len(item.data)
+
+
+class PidPre(BusyPre):
+    """Pre-processing answers with the id of the process that ran it (the label), so a test sees
+    which process pre-processed each request; ``pre_ms`` of busy CPU as in ``BusyPre``."""
+
+    name = "pid-pre"
+
+    def __init__(self, options: dict[str, str] | None = None, seed: int = 0) -> None:
+        super().__init__(options, seed)
+        self.pre_ms = self.int_option("pre_ms", 0, lo=0)
+
+    def preprocess(self, item: pb.Input) -> Any:
+        import os
+
+        super().preprocess(item)
+        return os.getpid()

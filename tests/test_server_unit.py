@@ -590,12 +590,3 @@ def test_resolve_device(monkeypatch: pytest.MonkeyPatch) -> None:
     for bad in ("cuda:2", "cuda:x", "cuda:-1"):
         with pytest.raises(ValueError, match=r"no such GPU, this host has 2 \(cuda:0..cuda:1\)"):
             resolve_device(bad)
-
-
-def test_workers_auto_gives_the_cores_to_the_stage_that_needs_them() -> None:
-    """On a GPU every spare core pre-processes; on the CPU the forward needs them, so two frontends."""
-    auto = ServeConfig()
-    assert [auto.resolved_workers(c, "cuda") for c in (2, 4, 12, 64)] == [0, 2, 10, 16]
-    assert [auto.resolved_workers(c, "cpu") for c in (2, 4, 12, 64)] == [0, 2, 2, 2]
-    assert ServeConfig(workers=5).resolved_workers(12, "cpu") == 5
-    assert ServeConfig(profile_dir="p").resolved_workers(12, "cuda") == 0

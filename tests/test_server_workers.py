@@ -192,10 +192,43 @@ def test_a_frontend_killed_while_pre_processing_anothers_request_leaves_none_wai
     ), outcomes
 
 
-def test_sigterm_drains_every_process(start_server: Any) -> None:
-    s = start_server("--model", "image", "--workers", "2", "--max-queue-delay-ms", "50")
+def test_pre_processes_take_every_frontends_requests_and_exits_are_reported(start_server: Any) -> None:
+    s = start_server(
+        "--model", "bottleneck_handlers:PidPre", "--handler-option", "pre_ms=2",
+        "--workers", "2", "--pre-processes", "2", "--max-queue-delay-ms", "5",
+    )  # fmt: skip
     kids = psutil.Process(s.pid).children()
-    assert len(kids) == 3  # two frontends and the device process
+    pres = {k.pid for k in kids if "-pre-" in k.name()}  # the comm name: "ng-pre-2"
+    assert len(kids) == 5 and len(pres) == 2, [k.name() for k in kids]
+    assert "2 frontend, 2 pre-processing and 1 device process" in s.output()
+    info = s.stub().ServerInfo(pb.ServerInfoRequest(), timeout=10)
+    assert (info.batching.workers, info.batching.pre_processes) == (2, 2)
+    results = burst(s.target, "null", 8, 10)
+    assert all(isinstance(r, pb.InferResponse) for r, _ in results), [r for r, _ in results][:3]
+    who = {r.outputs[0].label for r, _ in results}
+    assert who == pres, (who, pres)  # both took work, and no frontend pre-processed any
+    for _, trailers in results:
+        phases, _ = parse_trailer(trailers[TIMING_KEY])
+        assert phases["pre"] >= 1.5, trailers[TIMING_KEY]  # the 2 ms measured where it ran
+    one = psutil.Process(min(pres))
+    one.kill()
+    one.wait(10)
+    deadline = time.monotonic() + 30
+    while "1 of 2 pre-processing processes left" not in s.output() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert f"pid {one.pid}) exited with status -9" in s.output()
+    results = burst(s.target, "null", 4, 5)
+    assert {r.outputs[0].label for r, _ in results if isinstance(r, pb.InferResponse)} == {max(pres)}
+    assert s.proc.poll() is None
+
+
+@pytest.mark.parametrize("pre", ["0", "1"])
+def test_sigterm_drains_every_process(start_server: Any, pre: str) -> None:
+    s = start_server(
+        "--model", "image", "--workers", "2", "--pre-processes", pre, "--max-queue-delay-ms", "50"
+    )  # fmt: skip
+    kids = psutil.Process(s.pid).children()
+    assert len(kids) == 3 + int(pre)  # two frontends, the pre-processing processes and the device process
     results: list[tuple[Any, Any]] = []
     sender = threading.Thread(target=lambda: results.extend(burst(s.target, "image", 8, 3)))
     sender.start()

@@ -53,8 +53,16 @@ def add_parser(sub: Any) -> None:
         "--workers",
         default="auto",
         help="frontend processes (gRPC + pre/post) feeding one device process through shared memory; "
-        "0: everything in one process; auto: on a GPU one per core beyond two (at most 16), on the CPU 2; "
+        "0: everything in one process; auto: on the CPU 2, on a GPU split with --pre-processes; "
         "one process below 4 cores",
+    )
+    flag(
+        p,
+        "--pre-processes",
+        default="auto",
+        help="processes that only pre-process, taking requests from every frontend (0: the frontends' "
+        "--pre-threads do it); auto: on a GPU the cores beside the device process's one are split between "
+        "frontends and these by the handler's pre-processing time, timed at start-up; 0 on the CPU",
     )
     flag(
         p,
@@ -148,6 +156,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         instances=args.instances,
         pre_threads=args.pre_threads,
         workers=args.workers,
+        pre_processes=args.pre_processes,
         slots_per_worker=args.slots_per_worker,
         intra_op_threads=args.intra_op_threads,
         max_message_bytes=int(args.max_message_mb * MIB),

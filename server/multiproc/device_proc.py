@@ -131,7 +131,7 @@ class DeviceProcess:
         from netgain.server.device import DeviceRunner
 
         cfg = self.cfg
-        torch.set_num_threads(intra_op_threads(cfg, self.device, len(self.rings)))
+        torch.set_num_threads(intra_op_threads(cfg, self.device, len(self.pipes.requests)))
         self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
         self.runners = [
             DeviceRunner(self.handler, self.device, cfg.dtype, cfg.nvtx, cfg.cuda_graphs)

@@ -1,12 +1,14 @@
-"""A frontend process: gRPC on the shared port, and pre-processing for every frontend.
+"""A frontend process: gRPC on the shared port, and (without --pre-processes) pre-processing for
+every frontend.
 
 The servicer is the one-process server's; what it takes for its request queue here is a
 ``Handoff``. ``put`` reserves one slot per item, writes the raw items into the slots and a
-work record to the one pipe that every frontend's pre-processing threads read: whichever
-thread is free takes it (the kernel spreads connections over frontends unevenly, requests
-are spread evenly), pre-processes in place and hands the request to the device process. The
-device's reply wakes the owner's event loop, which post-processes and answers. Waiting for a
-pre-processing thread, the hand-off itself and the reply's return are all part of ``queue``.
+work record to the one pipe that every taker reads (``taker.py``: the frontends' threads, or
+the pre-processing processes): whichever is free takes it (the kernel spreads connections over
+frontends unevenly, requests are spread evenly), pre-processes in place and hands the request
+to the device process. The device's reply wakes the owner's event loop, which post-processes
+and answers. Waiting for a taker, the hand-off itself and the reply's return are all part of
+``queue``.
 An item whose raw form does not fit a slot is pre-processed by the owner's own pool.
 """
 
@@ -19,16 +21,15 @@ import itertools
 import logging
 import os
 import signal
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from netgain.server.batching.queue import Pending, QueueClosed, QueueFull
 from netgain.server.config import ServeConfig
-from netgain.server.handlers.base import Handler, InvalidInput
+from netgain.server.handlers.base import Handler
 from netgain.server.multiproc.slots import (
     CODES,
     HANDED,
@@ -40,6 +41,7 @@ from netgain.server.multiproc.slots import (
     SlotTooSmall,
     encode_request,
 )
+from netgain.server.multiproc.taker import Taker, preprocess_into
 from netgain.server.threadnames import name_os_thread
 
 log = logging.getLogger("netgain.server")
@@ -74,10 +76,8 @@ class Handoff:
         self._buf = b""
         self.closed = False
         self.device_gone = False
-        self.taking = True
         self.tracer: Any = None  # a TraceBuilder with --otlp-endpoint (set once tracing is built)
-        self._busy = 0
-        self._busy_lock = threading.Lock()
+        self.taker = Taker(handler, rings, index, work_fds, request_fd, clock) if work_fds else None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def __len__(self) -> int:
@@ -133,84 +133,11 @@ class Handoff:
         trace_id, span_id, _ = self.tracer.context(p)
         return trace_id, span_id
 
-    # -- pre-processing threads: shared work first, this frontend's own oversized items via the pool
-    def start_takers(self, threads: int) -> None:
-        for i in range(threads):
-            threading.Thread(target=self._take_loop, name=f"netgain-prepost-take{i}", daemon=True).start()
-
-    def stop_taking(self, timeout_s: float = 5.0) -> None:
-        """Take no more shared work; wait for the records being pre-processed here to be handed on."""
-        self.taking = False
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self._busy_lock:
-                if not self._busy:
-                    break
-            time.sleep(0.005)
-        time.sleep(0.05)  # a read that returns now gives its record back (see _take_loop)
-
-    def _take_loop(self) -> None:
-        name_os_thread()
-        assert self.work_fds is not None
-        work_r, work_w = self.work_fds
-        while True:
-            try:
-                rec = os.read(work_r, WORK.size)  # records are written whole: a read takes exactly one
-            except OSError:
-                return
-            if len(rec) != WORK.size:
-                return
-            with self._busy_lock:
-                if not self.taking:
-                    with contextlib.suppress(OSError):
-                        os.write(work_w, rec)  # leaving: another frontend takes it
-                    return
-                self._busy += 1
-            try:
-                self._take(*WORK.unpack(rec))
-            except Exception:  # a bug here must not end the thread that serves every frontend
-                log.exception("shared pre-processing failed")
-            finally:
-                with self._busy_lock:
-                    self._busy -= 1
-
-    def _take(
-        self, origin: int, n: int, first: int, seq: int, deadline: int, trace_id: bytes, span_id: bytes
-    ) -> None:
-        ring = self.rings[origin]
-        ring.claims[first, TAKER] = self.index
-        slots = ring.chained(first, n)
-        t0 = self.clock()
-        code, message = self._preprocess(
-            ring, ((ring.get(slot), slot) for slot in slots), f"a request of frontend {origin}"
-        )
-        t1 = self.clock()
-        record = encode_request(origin, seq, deadline, t1, t1 - t0, slots, code, message, (trace_id, span_id))
-        try:
-            os.write(self.request_fd, record)
-        finally:
-            ring.claims[first, TAKER] = HANDED
-
-    def _preprocess(self, ring: Ring, items: Iterable[tuple[Any, int]], what: str) -> tuple[str, str]:
-        """Pre-process each (raw item, slot) into its slot: ("OK", "") or the failure's code and message."""
-        try:
-            for x, slot in items:
-                ring.put(slot, self.handler.preprocess(x))
-        except InvalidInput as exc:
-            return "INVALID_ARGUMENT", str(exc)
-        except SlotTooSmall as exc:
-            return "RESOURCE_EXHAUSTED", f"pre-processed item: {exc}"
-        except Exception as exc:
-            log.exception("preprocess failed for %s", what)
-            return "INTERNAL", f"preprocess error: {type(exc).__name__}: {exc}"
-        return "OK", ""
-
     def _pre(self, seq: int, p: Pending, slots: list[int]) -> None:
         """On the pool: decode into the slots, then hand the record over."""
         t0 = self.clock()
-        code, message = self._preprocess(
-            self.ring, zip(p.inputs, slots, strict=True), f"request {p.request_id}"
-        )
+        items = zip(p.inputs, slots, strict=True)
+        code, message = preprocess_into(self.handler, self.ring, items, f"request {p.request_id}")
         t1 = self.clock()
         p.spans["pre"] = t1 - t0
         if code != "OK":
@@ -303,6 +230,7 @@ class Frontend:
         rings: list[Ring],
         fds: tuple[int, int],
         work_fds: tuple[int, int] | None,
+        pre_processes: int = 0,
     ) -> None:
         import torch
 
@@ -312,6 +240,7 @@ class Frontend:
         self.cfg = cfg
         self.index = index
         self.device = device
+        self.pre_processes = pre_processes  # > 0: they take the shared work, this frontend's threads do not
         self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
         self.pool = ThreadPoolExecutor(
             cfg.pre_threads, thread_name_prefix="netgain-prepost", initializer=name_os_thread
@@ -404,8 +333,8 @@ class Frontend:
             self.info_message = pb.ServerInfoResponse.FromString(go.result())
             recorder.start()
             sampler.start()
-            if self.handoff.work_fds is not None:
-                self.handoff.start_takers(cfg.pre_threads)
+            if self.handoff.taker is not None and not self.pre_processes:
+                self.handoff.taker.start(cfg.pre_threads)
             self.servicer.ready = True
             for name in ("", SERVICE_NAME):
                 await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -420,7 +349,8 @@ class Frontend:
         while self.servicer.in_flight and time.monotonic() - started < cfg.grace_s:
             await asyncio.sleep(0.01)
         await stopping
-        await asyncio.to_thread(self.handoff.stop_taking)
+        if self.handoff.taker is not None:
+            await asyncio.to_thread(self.handoff.taker.stop)
         sampler.stop()
         recorder.stop()
         self.pool.shutdown(wait=True)
@@ -442,6 +372,7 @@ def frontend_main(
     rings: list[Ring],
     fds: tuple[int, int],
     work_fds: tuple[int, int] | None,
+    pre_processes: int,
     ctl: Any,
 ) -> None:
     """Entry point in a forked frontend process."""
@@ -452,7 +383,7 @@ def frontend_main(
     name_os_thread(f"netgain-front-{index}")
     sys.setswitchinterval(cfg.switch_interval_ms / 1e3)
     try:
-        front = Frontend(cfg, index, device, rings, fds, work_fds)
+        front = Frontend(cfg, index, device, rings, fds, work_fds, pre_processes)
         code = asyncio.run(front.serve(ctl))
     except Exception as exc:
         log.exception("frontend %d failed", index)

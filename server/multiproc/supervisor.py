@@ -42,12 +42,18 @@ def item_bytes(value: Any) -> int:
     return len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def slot_bytes_for(handler: Any, seed: int) -> int:
-    """Room for the largest of a few pre-processed example items, with a quarter to spare."""
+def measure_items(handler: Any, seed: int) -> tuple[int, float]:
+    """Slot bytes (room for the largest of a few pre-processed example items, a quarter to spare)
+    and the fastest of their pre-processing times in ms (one thread, the first call excluded)."""
     rng = random.Random(seed)
-    largest = max(item_bytes(handler.preprocess(handler.example_input(rng))) for _ in range(4))
-    need = ITEM_HEADER + max(MIN_SLOT_BYTES, largest + largest // 4)
-    return -(-need // 4096) * 4096
+    sizes, times = [], []
+    for _ in range(6):
+        x = handler.example_input(rng)
+        t0 = time.perf_counter()
+        sizes.append(item_bytes(handler.preprocess(x)))
+        times.append((time.perf_counter() - t0) * 1e3)
+    need = ITEM_HEADER + max(MIN_SLOT_BYTES, max(sizes) + max(sizes) // 4)
+    return -(-need // 4096) * 4096, min(times[1:])
 
 
 def default_slots(cfg: ServeConfig, workers: int) -> int:
@@ -55,7 +61,7 @@ def default_slots(cfg: ServeConfig, workers: int) -> int:
 
 
 class Supervisor:
-    def __init__(self, cfg: ServeConfig, cold: ColdStart, workers: int) -> None:
+    def __init__(self, cfg: ServeConfig, cold: ColdStart) -> None:
         import torch
 
         from netgain.server.device import resolve_device
@@ -68,10 +74,11 @@ class Supervisor:
         self.device = resolve_device(cfg.device)
         self.cfg = dataclasses.replace(cfg, port=claim_port(cfg.host, cfg.port))
         self.cold = cold
-        self.workers = workers
         self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
-        self.slot_bytes = slot_bytes_for(self.handler, cfg.seed)
-        self.slots = cfg.slots_per_worker or default_slots(cfg, workers)
+        self.slot_bytes, pre_ms = measure_items(self.handler, cfg.seed)
+        cores = len(os.sched_getaffinity(0))
+        self.workers, self.pre_processes = cfg.resolved_split(cores, self.device, pre_ms)
+        self.slots = cfg.slots_per_worker or default_slots(cfg, self.workers)
         self.metrics_port = -1
         self.child_ports: dict[str, int] = {}
         self.exits: list[str] = []
@@ -80,11 +87,12 @@ class Supervisor:
     def _fork_all(self) -> None:
         from netgain.server.multiproc.device_proc import DevicePipes, device_main
         from netgain.server.multiproc.frontend import frontend_main
+        from netgain.server.multiproc.taker import prep_main
 
         ctx = mp.get_context("fork")
-        n = self.workers
+        n, npre = self.workers, self.pre_processes
         self.rings = [Ring(self.slots, self.slot_bytes) for _ in range(n)]
-        requests = [os.pipe() for _ in range(n)]
+        requests = [os.pipe() for _ in range(n + npre)]  # the pre-processing processes hand over too
         replies = [os.pipe() for _ in range(n)]
         work = shared_work_pipe()
         every_fd = [fd for pair in [*requests, *replies, work] for fd in pair]
@@ -102,13 +110,27 @@ class Supervisor:
         for i in range(n):
             parent, child = ctx.Pipe()
             keep = [requests[i][1], replies[i][0], *work]
-            args = (self.cfg, i, self.device, self.rings, (requests[i][1], replies[i][0]), work, child)
+            fds = (requests[i][1], replies[i][0])
+            args = (self.cfg, i, self.device, self.rings, fds, work, npre, child)
             proc = ctx.Process(
                 target=_child, args=(every_fd, keep, frontend_main, args), name=f"netgain-frontend-{i}"
             )
             proc.start()
             self.fronts.append(proc)
             self.front_ctl.append(parent)
+        self.pres: list[Any] = []
+        self.pre_ctl: list[Connection] = []
+        for i in range(n, n + npre):  # numbered after the frontends: the claim table names them so
+            parent, child = ctx.Pipe()
+            pre_args = (self.cfg, i, self.device, self.rings, requests[i][1], work, child)
+            proc = ctx.Process(
+                target=_child,
+                args=(every_fd, [requests[i][1], *work], prep_main, pre_args),
+                name=f"netgain-pre-{i}",
+            )
+            proc.start()
+            self.pres.append(proc)
+            self.pre_ctl.append(parent)
         for fd in every_fd:  # each end now lives in the one child that uses it: EOF means it exited
             os.close(fd)
 
@@ -169,6 +191,7 @@ class Supervisor:
             metrics_port=self.metrics_port,
             workers=self.workers,
             slots_per_worker=self.slots,
+            pre_processes=self.pre_processes,
         ).SerializeToString()
 
     def _publish_static(self) -> None:
@@ -196,14 +219,18 @@ class Supervisor:
         signal.signal(signal.SIGINT, on_signal)
         self._fork_all()
         self._start_metrics()
+        pre = f", {self.pre_processes} pre-processing" if self.pre_processes else ""
         say(
-            f"{self.workers} frontend processes and 1 device process ({self.slots} hand-off slots "
+            f"{self.workers} frontend{pre} and 1 device process ({self.slots} hand-off slots "
             f"of {self.slot_bytes // 1024} KiB per frontend)"
         )
         try:
             for i, conn in enumerate(self.front_ctl):
                 listening = self._wait_message(conn, self.fronts[i], f"frontend {i}")
                 self.child_ports[f"front-{i}"] = listening["metrics_port"]
+            for proc, conn in zip(self.pres, self.pre_ctl, strict=True):
+                listening = self._wait_message(conn, proc, proc.name)
+                self.child_ports[proc.name] = listening["metrics_port"]
             self._write_ports()
             device = self._wait_message(self.device_ctl, self.device_proc, "device process")
         except ValueError:
@@ -217,7 +244,7 @@ class Supervisor:
         self.cold.mark("ready")
         self._publish_static()
         info = self._info(device)
-        for conn in self.front_ctl:
+        for conn in [*self.pre_ctl, *self.front_ctl]:
             conn.send(("go", info))
         total = self.cold.timeline()[-1][1]
         say(f"ready ({self.handler.name} on {self.device}, cold start {total:.2f} s)")
@@ -225,14 +252,20 @@ class Supervisor:
 
     def _supervise(self, stop: dict[str, int]) -> int:
         alive = {proc.sentinel: i for i, proc in enumerate(self.fronts)}
+        pres = {proc.sentinel: proc for proc in self.pres}
         status = 0
         while not stop["signal"]:
-            ready = wait([*alive, self.device_proc.sentinel], 0.2)
+            ready = wait([*alive, *pres, self.device_proc.sentinel], 0.2)
             if self.device_proc.sentinel in ready:
                 say(f"the device process exited with status {self.device_proc.exitcode}; stopping", err=True)
                 status = 1
                 break
+            if self._pre_exited(ready, pres):
+                status = 1
+                break
             for sentinel in ready:
+                if sentinel not in alive:
+                    continue
                 i = alive.pop(sentinel)
                 self.fronts[i].join(1.0)
                 self.child_ports.pop(f"front-{i}", None)
@@ -246,6 +279,21 @@ class Supervisor:
         self._drain()
         return status
 
+    def _pre_exited(self, ready: list[Any], pres: dict[Any, Any]) -> bool:
+        """Report pre-processing processes that exited; True when none is left (the frontends take
+        no shared work beside them, so requests would wait until their deadlines)."""
+        for sentinel in [s for s in ready if s in pres]:
+            proc = pres.pop(sentinel)
+            proc.join(1.0)
+            self.child_ports.pop(proc.name, None)
+            msg = f"{proc.name} (pid {proc.pid}) exited with status {proc.exitcode}"
+            self.exits.append(msg)
+            say(f"{msg}; {len(pres)} of {self.pre_processes} pre-processing processes left", err=True)
+            if not pres:
+                say("no pre-processing process left; stopping", err=True)
+                return True
+        return False
+
     def _drain(self) -> None:
         say("draining")
         for proc in self.fronts:
@@ -254,6 +302,13 @@ class Supervisor:
         deadline = time.monotonic() + self.cfg.grace_s + 10.0
         for proc in self.fronts:
             proc.join(max(0.1, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+        for conn in self.pre_ctl:  # the frontends' requests are done: stop taking
+            with contextlib.suppress(OSError):
+                conn.send(("stop", None))
+        for proc in self.pres:
+            proc.join(max(1.0, deadline - time.monotonic()))
             if proc.is_alive():
                 proc.kill()
         if self.device_proc.is_alive():
@@ -272,7 +327,7 @@ class Supervisor:
         say("stopped")
 
     def _terminate_all(self) -> None:
-        for proc in [*self.fronts, self.device_proc]:
+        for proc in [*self.fronts, *self.pres, self.device_proc]:
             if proc.is_alive():
                 proc.kill()
             proc.join(5.0)
@@ -298,5 +353,5 @@ def _child(every_fd: list[int], keep: list[int], target: Any, args: tuple[Any, .
     target(*args)
 
 
-def run_multiprocess(cfg: ServeConfig, cold: ColdStart, workers: int) -> int:
-    return Supervisor(cfg, cold, workers).run()
+def run_multiprocess(cfg: ServeConfig, cold: ColdStart) -> int:
+    return Supervisor(cfg, cold).run()
