@@ -42,6 +42,7 @@ class ServeConfig:
     otlp_endpoint: str | None = None  # OTLP/HTTP receiver (http://host:4318): spans per request
     grace_s: float = 30.0
     switch_interval_ms: float = 1.0
+    worker_nice: int = 5  # added to the frontends' and pre-processing processes' niceness
 
     def validate(self) -> None:
         """Raise ValueError naming the flag and a fix."""
@@ -61,6 +62,7 @@ class ServeConfig:
             (self.sample_interval_s > 0, "--sample-interval-s must be > 0"),
             (self.recorder_interval_s > 0, "--recorder-interval-s must be > 0"),
             (self.switch_interval_ms > 0, "--switch-interval-ms must be > 0"),
+            (0 <= self.worker_nice <= 19, "--worker-nice must be in 0..19"),
             (
                 not self.otlp_endpoint or self.otlp_endpoint.startswith(("http://", "https://")),
                 "--otlp-endpoint must be an http:// or https:// URL (an OTLP/HTTP receiver, port 4318)",
@@ -92,10 +94,11 @@ class ServeConfig:
 
     def resolved_split(self, cores: int, device: str, pre_ms: float) -> tuple[int, int]:
         """(frontends, pre-processing processes) for a server of several processes. On a GPU with
-        both left at auto, the cores beside the device process's one (at most 16) are split in
-        proportion to the CPU each side spends per request: ``pre_ms`` (the handler's
-        pre-processing, timed at start-up) against ``FRONTEND_MS`` (gRPC and hand-off). On the
-        CPU the forward takes the cores: no pre-processing processes unless asked for."""
+        both left at auto, one process per core (at most 16), split in proportion to the CPU each
+        side spends per request: ``pre_ms`` (the handler's pre-processing, timed at start-up)
+        against ``FRONTEND_MS`` (gRPC, hand-off and post); the device process shares the cores at a
+        higher priority (``worker_nice``). On the CPU the forward takes the cores: no
+        pre-processing processes unless asked for."""
         workers = self.resolved_workers(cores, device)
         if isinstance(self.pre_processes, int):
             if self.pre_processes and not workers:
@@ -106,7 +109,7 @@ class ServeConfig:
             return workers, self.pre_processes
         if workers == 0 or not device.startswith("cuda"):
             return workers, 0
-        budget = max(2, min(16, cores - 1))
+        budget = max(2, min(16, cores))
         if isinstance(self.workers, int):
             return workers, max(0, budget - workers)
         front = round(budget * FRONTEND_MS / (FRONTEND_MS + max(0.0, pre_ms)))
@@ -114,9 +117,9 @@ class ServeConfig:
         return front, budget - front
 
 
-# A frontend's CPU per request (gRPC, the servicer, the hand-off, post): about 0.9 ms per image
-# request on the reference host (docs/benchmarks.md), used only to size --pre-processes auto.
-FRONTEND_MS = 0.9
+# A frontend's CPU per request (gRPC, the servicer, the hand-off, post) on the reference host
+# (docs/benchmarks.md), used only to size --pre-processes auto.
+FRONTEND_MS = 0.8
 
 
 def _count_or_auto(value: int | str, flag: str) -> int | str:

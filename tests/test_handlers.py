@@ -98,11 +98,11 @@ class TestImage:
     @pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
     def test_decodes_and_resizes(self, fmt: str) -> None:
         t = self.h.preprocess(pb.Input(data=encode(fmt, (50, 20))))
-        assert t.shape == (3, 32, 32) and t.dtype == torch.uint8
-        assert abs(int(t[1].float().mean()) - 200) < 8  # the green channel survived decoding
+        assert t.shape == (32, 32, 3) and t.dtype == torch.uint8
+        assert abs(int(t[..., 1].float().mean()) - 200) < 8  # the green channel survived decoding
 
     def test_grayscale_png_becomes_rgb(self) -> None:
-        assert self.h.preprocess(pb.Input(data=encode("PNG", mode="L"))).shape == (3, 32, 32)
+        assert self.h.preprocess(pb.Input(data=encode("PNG", mode="L"))).shape == (32, 32, 3)
 
     @pytest.mark.parametrize(
         ("data", "message"),
@@ -128,7 +128,7 @@ class TestImage:
             InvalidInput, match=r"declares 20x12 pixels, over the limit of 100 \(handler option"
         ):
             h.preprocess(pb.Input(data=encode("PNG", (20, 12))))
-        assert h.preprocess(pb.Input(data=encode("PNG", (10, 10)))).shape == (3, 32, 32)
+        assert h.preprocess(pb.Input(data=encode("PNG", (10, 10)))).shape == (32, 32, 3)
 
     def test_decompression_bomb_header_rejected_without_decoding(self) -> None:
         # 8000x8000 = 64 Mpx: below PIL's own bomb limit, above the handler's 40 Mpx default.

@@ -83,7 +83,7 @@ def test_image_preprocess_returns_pixels_or_invalid_input(data: bytes) -> None:
     t0 = time.perf_counter()
     out = outcome(IMAGE, pb.Input(data=data))
     if not isinstance(out, InvalidInput):
-        assert isinstance(out, torch.Tensor) and tuple(out.shape) == (3, IMAGE_SIZE, IMAGE_SIZE)
+        assert isinstance(out, torch.Tensor) and tuple(out.shape) == (IMAGE_SIZE, IMAGE_SIZE, 3)
         assert out.dtype == torch.uint8
     assert time.perf_counter() - t0 < 5.0  # no payload decodes for long
 
@@ -108,7 +108,7 @@ def test_decompression_bombs_are_rejected_before_decoding(payload: bytes, words:
 
 def test_image_max_pixels_option_is_the_limit() -> None:
     small = ImageHandler({"size": "8", "max_pixels": "1600"})
-    assert small.preprocess(pb.Input(data=encoded_image("PNG", 40))).shape == (3, 8, 8)  # 1600 pixels
+    assert small.preprocess(pb.Input(data=encoded_image("PNG", 40))).shape == (8, 8, 3)  # 1600 pixels
     with pytest.raises(InvalidInput, match=r"41x41 pixels, over the limit of 1600"):
         small.preprocess(pb.Input(data=encoded_image("PNG", 41)))
 

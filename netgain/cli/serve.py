@@ -61,8 +61,8 @@ def add_parser(sub: Any) -> None:
         "--pre-processes",
         default="auto",
         help="processes that only pre-process, taking requests from every frontend (0: the frontends' "
-        "--pre-threads do it); auto: on a GPU the cores beside the device process's one are split between "
-        "frontends and these by the handler's pre-processing time, timed at start-up; 0 on the CPU",
+        "--pre-threads do it); auto: on a GPU one process per core, split between frontends and these "
+        "by the handler's pre-processing time, timed at start-up; 0 on the CPU",
     )
     flag(
         p,
@@ -72,6 +72,14 @@ def add_parser(sub: Any) -> None:
         help="shared-memory hand-off slots per frontend, one per item in flight (0: from the batch size)",
     )
     flag(p, "--pre-threads", type=int, default=2, help="threads for pre- and post-processing")
+    flag(
+        p,
+        "--worker-nice",
+        type=int,
+        default=5,
+        help="niceness the frontend and pre-processing processes add to their own, so the device "
+        "process gets a core first when they keep every core busy (0: the same priority)",
+    )
     flag(
         p,
         "--intra-op-threads",
@@ -157,6 +165,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         pre_threads=args.pre_threads,
         workers=args.workers,
         pre_processes=args.pre_processes,
+        worker_nice=args.worker_nice,
         slots_per_worker=args.slots_per_worker,
         intra_op_threads=args.intra_op_threads,
         max_message_bytes=int(args.max_message_mb * MIB),

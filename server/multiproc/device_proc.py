@@ -12,6 +12,7 @@ import contextlib
 import gc
 import logging
 import os
+import select
 import selectors
 import signal
 import struct
@@ -37,7 +38,6 @@ from netgain.server.multiproc.slots import (
     SlotRef,
     SlotTooSmall,
     encode_reply,
-    read_exact,
 )
 from netgain.server.threadnames import name_os_thread
 
@@ -158,8 +158,7 @@ class DeviceProcess:
         cfg = self.cfg
         self.registry = CollectorRegistry()
         self.metrics = ServerMetrics(self.registry, self.handler.name, self.device)
-        slots = sum(r.slots for r in self.rings)
-        self.requests = RequestQueue(max(cfg.max_queue_size, slots))
+        self.requests = RequestQueue(cfg.max_queue_size)  # the server-wide bound, over every frontend
         tracer, exporter = build_tracing(
             cfg.otlp_endpoint, self.metrics if cfg.instrumentation else None, self.handler.name, self.device
         )
@@ -222,24 +221,31 @@ class DeviceProcess:
         """One thread reads every frontend's pipe (threads per frontend would contend for the GIL)."""
         name_os_thread()
         sel = selectors.DefaultSelector()
-        for frontend, fd in enumerate(self.pipes.requests):
-            sel.register(fd, selectors.EVENT_READ, frontend)
+        for writer, fd in enumerate(self.pipes.requests):
+            sel.register(fd, selectors.EVENT_READ, writer)
+        pending: dict[int, bytes] = {}
         while sel.get_map():
             for key, _ in sel.select():
-                frontend, fd = key.data, key.fd
-                if not self._take(fd):
-                    sel.unregister(fd)  # the frontend exited; replies to it are dropped in deliver
-                    self._orphans(frontend)
+                writer, fd = key.data, key.fd
+                data = os.read(fd, 1 << 16)  # every record waiting, in one call
+                if not data:
+                    sel.unregister(fd)  # that process exited; replies to a frontend gone are dropped
+                    self._orphans(writer)
+                    continue
+                buf, at = pending.pop(fd, b"") + data, 0
+                while len(buf) - at >= REQUEST.size:
+                    head = REQUEST.unpack_from(buf, at)
+                    end = at + REQUEST.size + 4 * head[2] + head[7]  # slots, then the message
+                    if end > len(buf):
+                        break
+                    self._take(buf[at : at + REQUEST.size], buf[at + REQUEST.size : end])
+                    at = end
+                if at < len(buf):
+                    pending[fd] = buf[at:]
 
-    def _take(self, fd: int) -> bool:
-        """Reads one record (a writer puts whole records, so the rest follows at once); False at EOF."""
-        head = read_exact(fd, REQUEST.size)
-        if head is None:
-            return False
-        origin, code, n, seq, deadline_ns, handed_ns, pre_ns, mlen, trace_id, span_id = REQUEST.unpack(head)
-        body = read_exact(fd, 4 * n + mlen)
-        if body is None:
-            return False
+    def _take(self, head: bytes, body: bytes) -> None:
+        """One request record: into the queue, or answered at once (failed pre-processing, full queue)."""
+        origin, code, n, seq, deadline_ns, handed_ns, pre_ns, _, trace_id, span_id = REQUEST.unpack(head)
         slots = struct.unpack_from(f"<{n}I", body)
         p = Handed(
             f"f{origin}-{seq}",
@@ -252,10 +258,10 @@ class DeviceProcess:
         )
         if any(trace_id):  # the owner's ids for this request: its batch span links to them
             p.trace = (trace_id, span_id, b"")
-        if code:  # pre-processing failed in the frontend that took it: answer the owner
+        if code:  # pre-processing failed where it was taken: answer the owner
             p.fail(CODES[code], body[4 * n :].decode("utf-8", "replace"))
             self.deliver([p])
-            return True
+            return
         try:
             self.requests.put(p)
         except QueueFull as exc:
@@ -264,7 +270,6 @@ class DeviceProcess:
         except QueueClosed as exc:
             p.fail("UNAVAILABLE", str(exc))
             self.deliver([p])
-        return True
 
     def _orphans(self, dead: int) -> None:
         """Answer the requests a frontend that exited had taken but not handed on (their owners
@@ -280,7 +285,9 @@ class DeviceProcess:
                 self.deliver([p])
 
     def deliver(self, reqs: list[Pending]) -> None:
-        """From pipeline threads: output rows into their slots, then one reply record each."""
+        """From pipeline threads: output rows into their slots, then the reply records, written
+        together per frontend (one wake-up of its event loop per batch, not per request)."""
+        out: dict[int, list[bytes]] = {}
         for p in reqs:
             assert isinstance(p, Handed)
             code, message = p.code, p.message
@@ -292,9 +299,14 @@ class DeviceProcess:
                     code, message = "INTERNAL", f"output row: {exc}"
             s = p.spans
             spans = (s.get("pre", 0) + p.front_pre_ns, s.get("h2d", 0), s.get("kernel", 0), s.get("d2h", 0))
-            data = encode_reply(p.seq, code, max(0, p.batch_id), p.batch_size, spans, message)
-            with contextlib.suppress(OSError):  # that frontend is gone: nobody waits for this reply
-                os.write(self.pipes.replies[p.frontend], data)
+            out.setdefault(p.frontend, []).append(
+                encode_reply(p.seq, code, max(0, p.batch_id), p.batch_size, spans, message)
+            )
+        for frontend, records in out.items():
+            fd = self.pipes.replies[frontend]
+            with contextlib.suppress(OSError):  # that frontend is gone: nobody waits for these replies
+                for chunk in atomic_chunks(records):
+                    os.write(fd, chunk)
 
     def stop(self) -> None:
         self.requests.close()
@@ -304,6 +316,23 @@ class DeviceProcess:
         httpd = getattr(self, "_httpd", None)
         if httpd is not None:
             httpd.shutdown()
+
+
+def atomic_chunks(records: list[bytes]) -> list[bytes]:
+    """Whole records joined into writes of at most PIPE_BUF bytes: each is atomic, so the
+    records of threads that deliver at the same time never interleave."""
+    chunks: list[bytes] = []
+    cur: list[bytes] = []
+    size = 0
+    for rec in records:
+        if cur and size + len(rec) > select.PIPE_BUF:
+            chunks.append(b"".join(cur))
+            cur, size = [], 0
+        cur.append(rec)
+        size += len(rec)
+    if cur:
+        chunks.append(b"".join(cur))
+    return chunks
 
 
 def device_main(cfg: ServeConfig, device: str, rings: list[Ring], pipes: DevicePipes, ctl: Any) -> None:

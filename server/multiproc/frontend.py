@@ -381,6 +381,7 @@ def frontend_main(
     import grpc  # noqa: F401 - before the event loop: grpc.aio needs its module state
 
     name_os_thread(f"netgain-front-{index}")
+    os.nice(cfg.worker_nice)  # the device process's kernel launches go first when cores are short
     sys.setswitchinterval(cfg.switch_interval_ms / 1e3)
     try:
         front = Frontend(cfg, index, device, rings, fds, work_fds, pre_processes)

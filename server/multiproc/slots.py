@@ -198,17 +198,3 @@ def encode_reply(
     msg = message.encode("utf-8", "replace")[:MAX_MESSAGE]
     idx = CODES.index(code) if code in CODES else CODES.index("UNKNOWN")
     return REPLY.pack(seq, idx, batch_id, batch_size, *spans, len(msg)) + msg
-
-
-def read_exact(fd: int, n: int) -> bytes | None:
-    """``n`` bytes from a blocking pipe, or None at end of file."""
-    import os
-
-    chunks: list[bytes] = []
-    while n:
-        chunk = os.read(fd, n)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)

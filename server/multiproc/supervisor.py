@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import multiprocessing as mp
 import os
 import pickle
@@ -56,8 +55,10 @@ def measure_items(handler: Any, seed: int) -> tuple[int, float]:
     return -(-need // 4096) * 4096, min(times[1:])
 
 
-def default_slots(cfg: ServeConfig, workers: int) -> int:
-    return min(1024, max(8, 2 * cfg.max_batch_size, math.ceil(cfg.max_queue_size / workers)))
+def default_slots(cfg: ServeConfig) -> int:
+    """Room in each frontend for the whole --max-queue-size: the kernel spreads connections, not
+    requests, so one frontend may hold most of the requests in flight."""
+    return min(1024, max(8, 2 * cfg.max_batch_size, cfg.max_queue_size))
 
 
 class Supervisor:
@@ -78,7 +79,7 @@ class Supervisor:
         self.slot_bytes, pre_ms = measure_items(self.handler, cfg.seed)
         cores = len(os.sched_getaffinity(0))
         self.workers, self.pre_processes = cfg.resolved_split(cores, self.device, pre_ms)
-        self.slots = cfg.slots_per_worker or default_slots(cfg, self.workers)
+        self.slots = cfg.slots_per_worker or default_slots(cfg)
         self.metrics_port = -1
         self.child_ports: dict[str, int] = {}
         self.exits: list[str] = []

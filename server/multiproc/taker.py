@@ -138,6 +138,7 @@ def prep_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     name_os_thread(f"netgain-pre-{index}")
+    os.nice(cfg.worker_nice)  # the device process's kernel launches go first when cores are short
     try:
         torch.set_num_threads(1)
         handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
