@@ -42,7 +42,7 @@ class ServeConfig:
     otlp_endpoint: str | None = None  # OTLP/HTTP receiver (http://host:4318): spans per request
     grace_s: float = 30.0
     switch_interval_ms: float = 1.0
-    worker_nice: int = 5  # added to the frontends' and pre-processing processes' niceness
+    worker_nice: int = 0  # added to the frontends' and pre-processing processes' niceness
 
     def validate(self) -> None:
         """Raise ValueError naming the flag and a fix."""
@@ -96,9 +96,8 @@ class ServeConfig:
         """(frontends, pre-processing processes) for a server of several processes. On a GPU with
         both left at auto, one process per core (at most 16), split in proportion to the CPU each
         side spends per request: ``pre_ms`` (the handler's pre-processing, timed at start-up)
-        against ``FRONTEND_MS`` (gRPC, hand-off and post); the device process shares the cores at a
-        higher priority (``worker_nice``). On the CPU the forward takes the cores: no
-        pre-processing processes unless asked for."""
+        against ``FRONTEND_MS`` (gRPC, hand-off and post); the device process shares the cores.
+        On the CPU the forward takes the cores: no pre-processing processes unless asked for."""
         workers = self.resolved_workers(cores, device)
         if isinstance(self.pre_processes, int):
             if self.pre_processes and not workers:

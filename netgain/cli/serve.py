@@ -76,9 +76,9 @@ def add_parser(sub: Any) -> None:
         p,
         "--worker-nice",
         type=int,
-        default=5,
+        default=0,
         help="niceness the frontend and pre-processing processes add to their own, so the device "
-        "process gets a core first when they keep every core busy (0: the same priority)",
+        "process gets a core first when they keep every core busy (default 0: the same priority)",
     )
     flag(
         p,
