@@ -1,11 +1,12 @@
 """``netgain tune``: the server configuration that carries the most traffic within the SLO.
 
-For every combination of the lists given (frontend processes, max batch size, max queue delay,
-intra-op threads, pre-processing threads) a server is started and driven by ``netgain load``
-with Poisson arrivals at rising rates: doubling from ``start_rps`` until p99 exceeds the SLO (or
-the run is INVALID, or errors exceed 0.1 %), then bisecting between the last rate that held and
-the first that did not. A configuration's capacity is the completed rate of its best run that
-held. The search is the one Triton's Model Analyzer does, per device, on the user's own host.
+For every combination of the lists given (frontend processes, pre-processing processes, max batch
+size, max queue delay, intra-op threads, pre-processing threads) a server is started and driven by
+``netgain load`` with Poisson arrivals at rising rates: doubling from ``start_rps`` until p99
+exceeds the SLO (or the run is INVALID, or errors exceed 0.1 %), then bisecting between the last
+rate that held and the first that did not. A configuration's capacity is the completed rate of
+its best run that held. The search is the one Triton's Model Analyzer does, per device, on the
+user's own host.
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ class Knobs:
     max_queue_delay_ms: float = 2.0
     intra_op_threads: int = 0
     pre_threads: int = 2
+    pre_processes: str = "auto"
 
     def serve_args(self) -> list[str]:
         return [
             "--workers", self.workers, "--max-batch-size", str(self.max_batch_size),
             "--max-queue-delay-ms", f"{self.max_queue_delay_ms:g}",
             "--intra-op-threads", str(self.intra_op_threads), "--pre-threads", str(self.pre_threads),
+            "--pre-processes", self.pre_processes,
         ]  # fmt: skip
 
 
@@ -92,10 +95,11 @@ def grid(
     delays_ms: Sequence[float],
     intra_op: Sequence[int],
     pre_threads: Sequence[int],
+    pre_processes: Sequence[str] = ("auto",),
 ) -> list[Knobs]:
-    return [
-        Knobs(*combo) for combo in itertools.product(workers, batch_sizes, delays_ms, intra_op, pre_threads)
-    ]
+    combos = itertools.product(workers, batch_sizes, delays_ms, intra_op, pre_threads, pre_processes)
+    # --pre-processes N needs frontend processes: a one-process server takes only auto (none).
+    return [Knobs(*c) for c in combos if c[0] != "0" or c[5] in ("auto", "0")]
 
 
 def _netgain(*args: str) -> list[str]:
@@ -281,7 +285,17 @@ def write(cfg: TuneConfig, results: Sequence[Result]) -> str:
 
 
 def table(results: Sequence[Result]) -> str:
-    head = ["workers", "batch", "delay ms", "intra-op", "pre", "capacity/s", "runs", "limit"]
+    head = [
+        "workers",
+        "pre procs",
+        "batch",
+        "delay ms",
+        "intra-op",
+        "pre threads",
+        "capacity/s",
+        "runs",
+        "limit",
+    ]
     rows = []
     top = best(results)
     for r in sorted(results, key=lambda r: -(r.capacity or -1.0)):
@@ -289,8 +303,9 @@ def table(results: Sequence[Result]) -> str:
         limit = r.error or (last_miss.bottleneck if last_miss else "not reached")
         cap = "-" if r.capacity is None else f"{r.capacity:,.1f}"
         k = r.knobs
-        rows.append([k.workers, k.max_batch_size, f"{k.max_queue_delay_ms:g}", k.intra_op_threads or "all",
-                     k.pre_threads, cap + (" *" if r is top else ""), len(r.trials), limit])  # fmt: skip
+        rows.append([k.workers, k.pre_processes, k.max_batch_size, f"{k.max_queue_delay_ms:g}",
+                     k.intra_op_threads or "all", k.pre_threads, cap + (" *" if r is top else ""),
+                     len(r.trials), limit])  # fmt: skip
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=False)]
     lines = [" | ".join(str(h).ljust(w) for h, w in zip(head, widths, strict=True))]
     lines.append("-+-".join("-" * w for w in widths))

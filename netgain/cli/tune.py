@@ -38,6 +38,7 @@ def add_parser(sub: Any) -> None:
     flag(t, "--queue-delays-ms", default="2", help="--max-queue-delay-ms values to try")
     flag(t, "--intra-op-threads-list", default="0", help="--intra-op-threads values to try (0: all)")
     flag(t, "--pre-threads-list", default="2", help="--pre-threads values to try")
+    flag(t, "--pre-processes-list", default="auto", help="`netgain serve --pre-processes` values to try")
     flag(t, "--serve-args", default="", help="extra `netgain serve` flags for every configuration")
     flag(t, "--start-rps", type=float, default=50.0, help="first rate of each search (doubles until a miss)")
     flag(t, "--max-rps", type=float, default=100_000.0, help="highest rate tried")
@@ -61,9 +62,11 @@ def run_tune(args: argparse.Namespace) -> int:
     if args.start_rps <= 0 or args.max_rps < args.start_rps:
         raise CliError("--start-rps must be > 0 and at most --max-rps")
     workers = _list(args.workers_list, str, "--workers-list")
-    for w in workers:
-        if w != "auto" and not w.isdigit():
-            raise CliError(f"--workers-list: {w!r} is not a whole number or auto")
+    pre_processes = _list(args.pre_processes_list, str, "--pre-processes-list")
+    for flag_name, values in (("--workers-list", workers), ("--pre-processes-list", pre_processes)):
+        for w in values:
+            if w != "auto" and not w.isdigit():
+                raise CliError(f"{flag_name}: {w!r} is not a whole number or auto")
     cfg = tune.TuneConfig(
         model=args.model,
         device=args.device,
@@ -74,6 +77,7 @@ def run_tune(args: argparse.Namespace) -> int:
             _list(args.queue_delays_ms, float, "--queue-delays-ms"),
             _list(args.intra_op_threads_list, int, "--intra-op-threads-list"),
             _list(args.pre_threads_list, int, "--pre-threads-list"),
+            pre_processes,
         ),
         out=args.out,
         handler_options=list(args.handler_option),

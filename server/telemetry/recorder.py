@@ -87,6 +87,9 @@ def span_record(p: Pending, total_ns: int, arrival_unix_ns: int) -> dict[str, An
     return rec
 
 
+SHARED_NAMES = tuple(SERIES[s] for s in SHARED)  # the order of SHARED, as span names
+
+
 class Recorder:
     def __init__(
         self,
@@ -102,8 +105,9 @@ class Recorder:
         # OTLP: spans built here (tracer) and posted by the exporter's own thread; both or neither.
         self.tracer = tracer
         self.exporter = exporter
-        # A frontend process sees no batch: it observes every phase of each request itself.
+        # A frontend process sees no batch: each request's row carries every phase, not only its own.
         self.per_request_phases = per_request_phases
+        self.columns = PER_REQUEST + SHARED if per_request_phases else PER_REQUEST
         self.span_log = span_log
         self.interval_s = interval_s
         # perf_counter_ns → unix ns, fixed once so span-log arrival times are comparable across requests.
@@ -139,9 +143,11 @@ class Recorder:
                 # its exemplar can carry the trace id the drain assigns.
                 self._ids.append(p if p.traceparent or self.tracer is not None else p.request_id)
                 spans = p.spans  # the batch-wide phases come once per batch, in batch_done
-                self._rows.append((total_ns, spans["queue"], spans["post"]))
                 if self.per_request_phases:
-                    self._batches.append((-1, 0, tuple(spans.get(SERIES[s], 0) for s in SHARED), 1))
+                    shared = [spans.get(k, 0) for k in SHARED_NAMES]
+                    self._rows.append((total_ns, spans["queue"], spans["post"], *shared))
+                else:
+                    self._rows.append((total_ns, spans["queue"], spans["post"]))
             else:
                 self._failed.append(p.code)
         if self.span_log is not None:
@@ -214,12 +220,13 @@ class Recorder:
             for code, count in Counter(failed).items():
                 m.requests_with(code).inc(count)
             if n:
-                m.requests_with("OK").inc(n)
                 rows = [self._rows.popleft() for _ in range(n)]
                 ids, trace_ids = self._take_ids(n)
                 flat = itertools.chain.from_iterable(rows)  # cheaper than np.array(rows)
-                values = np.fromiter(flat, dtype=np.float64, count=n * len(PER_REQUEST))
-                m.durations.add(values.reshape(n, len(PER_REQUEST)) / 1e9, ids, PER_REQUEST, trace_ids)
+                width = len(self.columns)
+                values = np.fromiter(flat, dtype=np.float64, count=n * width)
+                m.durations.add(values.reshape(n, width) / 1e9, ids, self.columns, trace_ids)
+                m.requests_with("OK").inc(n)  # after the histograms: a scrape never counts more
         if self.span_log is not None:
             logged = [self._logged.popleft() for _ in range(len(self._logged))]
             for p, total_ns in logged:
