@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -111,14 +112,15 @@ class ServeConfig:
         budget = max(2, min(16, cores))
         if isinstance(self.workers, int):
             return workers, max(0, budget - workers)
-        front = round(budget * FRONTEND_MS / (FRONTEND_MS + max(0.0, pre_ms)))
+        # Rounded up: a saturated frontend queues requests before any phase is measured.
+        front = math.ceil(budget * FRONTEND_MS / (FRONTEND_MS + max(0.0, pre_ms)))
         front = max(1, min(budget - 1, front))
         return front, budget - front
 
 
-# A frontend's CPU per request (gRPC, the servicer, the hand-off, post) on the reference host
-# (docs/benchmarks.md), used only to size --pre-processes auto.
-FRONTEND_MS = 0.8
+# A frontend's CPU per request (gRPC, the servicer, the hand-off, post), on the scale of pre_ms as
+# timed at start-up (one item, idle cores): used only to size --pre-processes auto (docs/server.md).
+FRONTEND_MS = 0.4
 
 
 def _count_or_auto(value: int | str, flag: str) -> int | str:

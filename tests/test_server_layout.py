@@ -18,13 +18,15 @@ def test_workers_auto_gives_the_cores_to_the_stage_that_needs_them() -> None:
 
 def test_pre_processes_split_the_cores_by_the_handlers_pre_processing_time() -> None:
     auto = ServeConfig()
-    # 10 usable cores: one process each, split by the CPU each side spends per request.
-    assert auto.resolved_split(10, "cuda", pre_ms=1.8) == (3, 7)  # image-like: most cores decode
-    assert auto.resolved_split(10, "cuda", pre_ms=0.2) == (8, 2)  # text-like: most cores serve gRPC
+    # 10 usable cores: one process each, split by the CPU each side spends per request, the
+    # frontends rounded up.
+    assert auto.resolved_split(10, "cuda", pre_ms=1.2) == (3, 7)  # image-like: most cores decode
+    assert auto.resolved_split(10, "cuda", pre_ms=0.2) == (7, 3)  # text-like: most cores serve gRPC
     assert auto.resolved_split(10, "cuda", pre_ms=100.0) == (1, 9)
+    assert auto.resolved_split(10, "cuda", pre_ms=0.0) == (9, 1)
     assert auto.resolved_split(12, "cpu", pre_ms=1.8) == (2, 0)  # on the CPU the forward takes the cores
     assert auto.resolved_split(2, "cuda", pre_ms=1.8) == (0, 0)
-    assert ServeConfig(workers=4).resolved_split(10, "cuda", 1.8) == (4, 6)
+    assert ServeConfig(workers=4).resolved_split(10, "cuda", 1.2) == (4, 6)
     assert ServeConfig(workers=4, pre_processes=0).resolved_split(10, "cuda", 1.8) == (4, 0)
     with pytest.raises(ValueError, match="--pre-processes needs frontend processes"):
         ServeConfig(pre_processes=2).resolved_split(2, "cuda", 1.8)

@@ -76,9 +76,9 @@ class Supervisor:
         self.cfg = dataclasses.replace(cfg, port=claim_port(cfg.host, cfg.port))
         self.cold = cold
         self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
-        self.slot_bytes, pre_ms = measure_items(self.handler, cfg.seed)
+        self.slot_bytes, self.pre_ms = measure_items(self.handler, cfg.seed)
         cores = len(os.sched_getaffinity(0))
-        self.workers, self.pre_processes = cfg.resolved_split(cores, self.device, pre_ms)
+        self.workers, self.pre_processes = cfg.resolved_split(cores, self.device, self.pre_ms)
         self.slots = cfg.slots_per_worker or default_slots(cfg)
         self.metrics_port = -1
         self.child_ports: dict[str, int] = {}
@@ -223,7 +223,8 @@ class Supervisor:
         pre = f", {self.pre_processes} pre-processing" if self.pre_processes else ""
         say(
             f"{self.workers} frontend{pre} and 1 device process ({self.slots} hand-off slots "
-            f"of {self.slot_bytes // 1024} KiB per frontend)"
+            f"of {self.slot_bytes // 1024} KiB per frontend; pre-processing took {self.pre_ms:.2f} ms "
+            "per example item at start-up)"
         )
         try:
             for i, conn in enumerate(self.front_ctl):
