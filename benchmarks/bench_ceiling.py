@@ -100,6 +100,23 @@ def forward_ceiling(
     return result
 
 
+def shared_cores(server: list[int], load: list[int]) -> list[tuple[int, int]]:
+    """(server core, load core) pairs that are SMT siblings of one physical core, from sysfs."""
+    pairs = []
+    for c in server:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list") as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        siblings: set[int] = set()
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            siblings.update(range(int(lo), int(hi or lo) + 1))
+        pairs += [(c, s) for s in sorted(siblings) if s in load]
+    return pairs
+
+
 def server_processes(supervisor: int) -> dict[str, int]:
     """The pid of the device process, the first frontend and the first pre-processing process
     (by the names the server gives them: ``ng-device``, ``ng-front-0``, ``ng-pre-N``)."""
@@ -227,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     a.load_workers = a.load_workers or len(load_cores)
     print(f"server pinned to cores {server_cores[0]}-{server_cores[-1]}, load generator to "
           f"{load_cores[0]}-{load_cores[-1]}", flush=True)  # fmt: skip
+    siblings = shared_cores(server_cores, load_cores)
+    print(f"server and load cores sharing a physical core (SMT): {siblings or 'none'}", flush=True)
     pre = pre_ceiling(a.model, options, server_cores, a.pre_seconds)
     with pinned(set(server_cores)):
         fwd = forward_ceiling(a.model, options, a.device, a.dtype, a.batch)
