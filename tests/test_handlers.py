@@ -101,6 +101,28 @@ class TestImage:
         assert t.shape == (32, 32, 3) and t.dtype == torch.uint8
         assert abs(int(t[..., 1].float().mean()) - 200) < 8  # the green channel survived decoding
 
+    @pytest.mark.parametrize("side", [150, 640])  # upscale to 224, and downscale after the JPEG draft
+    def test_torch_resize_matches_pillow_and_the_model_reads_either_layout(self, side: int) -> None:
+        from netgain.contract.payloads import synthetic_jpeg
+
+        pil, fast = ImageHandler(), ImageHandler({"resize": "torch"})
+        rng = random.Random(side)
+        items = [pb.Input(data=synthetic_jpeg(rng, int(side * side * 0.45))) for _ in range(2)]
+        a = torch.stack([pil.preprocess(x) for x in items])
+        b = torch.stack([fast.preprocess(x) for x in items])
+        assert a.shape == (2, 224, 224, 3) and b.shape == (2, 3, 224, 224) and b.is_contiguous()
+        diff = (a.permute(0, 3, 1, 2).int() - b.int()).abs()
+        worst, mean = int(diff.max()), float(diff.float().mean())
+        assert worst <= 1 and mean < 0.05, (worst, mean)
+        model = pil.build_model()
+        with torch.inference_mode():
+            same = model(a.permute(0, 3, 1, 2).contiguous())  # channels first, as torch resizes them
+            assert torch.allclose(model(a), same, atol=1e-5)
+
+    def test_resize_option_is_checked(self) -> None:
+        with pytest.raises(ValueError, match="handler option resize='cv2': use pil or torch"):
+            ImageHandler({"resize": "cv2"})
+
     def test_grayscale_png_becomes_rgb(self) -> None:
         assert self.h.preprocess(pb.Input(data=encode("PNG", mode="L"))).shape == (32, 32, 3)
 

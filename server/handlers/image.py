@@ -1,8 +1,9 @@
 """Image classifier: encoded JPEG/PNG → decode and resize on the CPU → 8-conv CNN.
 
-Pre-processing hands the device uint8 pixels as decoded, height x width x channel (4x fewer
-bytes to copy than float32, and no transposing copy on the CPU); the model moves channels
-first, scales and normalises on the device.
+Pre-processing hands the device uint8 pixels (4x fewer bytes to copy than float32): height x
+width x channel as Pillow resizes them (no transposing copy on the CPU), or channel first as
+torch's resize writes them (``resize=torch``); the model moves channels first where needed,
+scales and normalises on the device.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, struct
 
 class ImageHandler(Handler):
     """Options: ``size`` (input side, default 224), ``classes`` (1000),
-    ``max_pixels`` (decoded pixel limit against decompression bombs, default 40,000,000)."""
+    ``max_pixels`` (decoded pixel limit against decompression bombs, default 40,000,000),
+    ``resize`` (``pil``, the default, or ``torch``: the same antialiased bilinear resize by torch's
+    uint8 kernel, which costs a fraction of Pillow's on one thread; docs/benchmarks.md)."""
 
     name = "image"
     fixed_shapes = True
@@ -36,6 +39,9 @@ class ImageHandler(Handler):
         self.size = self.int_option("size", 224, lo=8, hi=4096)
         self.classes = self.int_option("classes", 1000, hi=1 << 16)
         self.max_pixels = self.int_option("max_pixels", 40_000_000)
+        self.resize = self.options.get("resize", "pil")
+        if self.resize not in ("pil", "torch"):
+            raise ValueError(f"handler option resize={self.resize!r}: use pil or torch")
 
     def build_model(self) -> Any:
         import torch
@@ -58,7 +64,9 @@ class ImageHandler(Handler):
             def forward(self, x: torch.Tensor) -> torch.Tensor:
                 mean: torch.Tensor = self.mean  # type: ignore[assignment]
                 std: torch.Tensor = self.std  # type: ignore[assignment]
-                x = ((x.permute(0, 3, 1, 2).to(mean.dtype) - mean) / std).contiguous()
+                if x.shape[1] != 3:  # channels last (the side is at least 8): channels first
+                    x = x.permute(0, 3, 1, 2)
+                x = ((x.to(mean.dtype) - mean) / std).contiguous()
                 x = self.features(x)
                 return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
@@ -94,10 +102,19 @@ class ImageHandler(Handler):
         try:
             if img.format == "JPEG":
                 img.draft("RGB", (self.size, self.size))
-            rgb = img.convert("RGB").resize((self.size, self.size), Image.Resampling.BILINEAR)
+            rgb = img.convert("RGB")
+            if self.resize == "pil":
+                rgb = rgb.resize((self.size, self.size), Image.Resampling.BILINEAR)
         except _DECODE_ERRORS as exc:
             raise InvalidInput(f"image is truncated or corrupt: {exc}") from None
-        return torch.from_numpy(np.array(rgb, dtype=np.uint8))  # HxWx3; the model permutes
+        pixels = torch.from_numpy(np.array(rgb, dtype=np.uint8))  # H x W x 3
+        if self.resize == "pil":
+            return pixels
+        # Channels-last uint8 in, channels-first out: torch's vectorised path, no extra copy.
+        out = torch.nn.functional.interpolate(
+            pixels.permute(2, 0, 1).unsqueeze(0), (self.size, self.size), mode="bilinear", antialias=True
+        )
+        return out[0]
 
     def postprocess(self, row: Any) -> pb.Output:
         return argmax_output(row)
