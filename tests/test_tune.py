@@ -10,7 +10,7 @@ from conftest import run_netgain
 
 from netgain.cli.experiments import _tuned
 from netgain.errors import NetgainError
-from netgain.loadgen.experiments.tune import Knobs, Result, Trial, best, load_best, search
+from netgain.loadgen.experiments.tune import Knobs, Result, Trial, best, grid, load_best, search
 
 
 def trial(rate: float, held: bool) -> Trial:
@@ -74,3 +74,10 @@ def test_tune_on_a_real_server_writes_the_table_and_compare_reads_it(tmp_path: P
     assert (out / "tune.md").read_text().startswith("# netgain tune")
     flags, batch = _tuned(str(out))
     assert batch in (4, 8) and "--max-batch-size" not in flags and flags[:2] == ["--workers", "0"]
+
+
+def test_the_grid_tries_pre_processing_processes_only_beside_frontend_processes() -> None:
+    knobs = grid(["0", "2"], [8], [2.0], [0], [2], ["auto", "3"])
+    assert [(k.workers, k.pre_processes) for k in knobs] == [("0", "auto"), ("2", "auto"), ("2", "3")]
+    flags = knobs[-1].serve_args()
+    assert flags[flags.index("--pre-processes") + 1] == "3"
