@@ -238,14 +238,15 @@ class DeviceProcess:
                     end = at + REQUEST.size + 4 * head[2] + head[7]  # slots, then the message
                     if end > len(buf):
                         break
-                    self._take(buf[at : at + REQUEST.size], buf[at + REQUEST.size : end])
+                    self._take(head, buf[at + REQUEST.size : end])
                     at = end
                 if at < len(buf):
                     pending[fd] = buf[at:]
 
-    def _take(self, head: bytes, body: bytes) -> None:
-        """One request record: into the queue, or answered at once (failed pre-processing, full queue)."""
-        origin, code, n, seq, deadline_ns, handed_ns, pre_ns, _, trace_id, span_id = REQUEST.unpack(head)
+    def _take(self, head: tuple[Any, ...], body: bytes) -> None:
+        """One request record (its head unpacked, then its slots and message): into the queue, or
+        answered at once (failed pre-processing, full queue)."""
+        origin, code, n, seq, deadline_ns, handed_ns, pre_ns, _, trace_id, span_id = head
         slots = struct.unpack_from(f"<{n}I", body)
         p = Handed(
             f"f{origin}-{seq}",

@@ -41,7 +41,7 @@ from netgain.server.multiproc.slots import (
     SlotTooSmall,
     encode_request,
 )
-from netgain.server.multiproc.taker import Taker, preprocess_into
+from netgain.server.multiproc.taker import Taker, preprocess_into, warm_preprocess
 from netgain.server.threadnames import name_os_thread
 
 log = logging.getLogger("netgain.server")
@@ -249,11 +249,7 @@ class Frontend:
         self.info_message: Any = None
 
     def warm(self) -> None:
-        import random
-
-        rng = random.Random(self.cfg.seed)
-        for _ in range(max(1, self.cfg.warmup_batches)):
-            self.handler.preprocess(self.handler.example_input(rng))
+        warm_preprocess(self.handler, self.cfg)
 
     def info(self) -> Any:
         from netgain.protos import inference_pb2 as pb

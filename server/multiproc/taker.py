@@ -42,6 +42,15 @@ def preprocess_into(
     return "OK", ""
 
 
+def warm_preprocess(handler: Handler, cfg: Any) -> None:
+    """Pre-process a few example items (--warmup-batches) before the process reports ready."""
+    import random
+
+    rng = random.Random(cfg.seed)
+    for _ in range(max(1, cfg.warmup_batches)):
+        handler.preprocess(handler.example_input(rng))
+
+
 class Taker:
     """Reads work records and pre-processes them; ``index`` is who the claim table names."""
 
@@ -125,8 +134,6 @@ def prep_main(
 ) -> None:
     """Entry point of a forked pre-processing process: one taker thread, one torch thread; the
     supervisor stops it over ``ctl`` once the frontends have drained."""
-    import random
-
     import torch
     from prometheus_client import CollectorRegistry, start_http_server
 
@@ -142,9 +149,7 @@ def prep_main(
     try:
         torch.set_num_threads(1)
         handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
-        rng = random.Random(cfg.seed)
-        for _ in range(max(1, cfg.warmup_batches)):
-            handler.preprocess(handler.example_input(rng))
+        warm_preprocess(handler, cfg)
         metrics_port = -1
         sampler = None
         if cfg.metrics_port >= 0:  # this process's CPU, merged into the server's one /metrics
