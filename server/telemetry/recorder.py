@@ -200,7 +200,7 @@ class Recorder:
         while self._batches:
             size, kernel_ns, shared, ok = self._batches.popleft()
             self.kernel_ns_total += kernel_ns
-            if m is not None and size >= 0:
+            if m is not None:
                 m.batch_child.observe(size)
                 m.batches_child.inc()
                 m.kernel_child.inc(kernel_ns / 1e9)
