@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
+from netgain.contract.cores import cpu_list
 from netgain.protos import inference_pb2 as pb
 from netgain.protos.service import SERVICE_NAME, add_inference_servicer, add_oip_servicer
 from netgain.server.batching.pipeline import Batch, Pipeline, PipelineConfig
@@ -247,7 +248,8 @@ class Server:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         total = self.cold.timeline()[-1][1]
         print(
-            f"netgain serve: ready ({self.handler.name} on {self.device}, cold start {total:.2f} s)",
+            f"netgain serve: ready ({self.handler.name} on {self.device}, cold start {total:.2f} s, "
+            f"cores {cpu_list(sorted(os.sched_getaffinity(0)))})",
             flush=True,
         )
         await stop_task
@@ -283,6 +285,10 @@ def run_server(cfg: ServeConfig, cold: ColdStart) -> int:
         from netgain.server.multiproc.supervisor import run_multiprocess
 
         return run_multiprocess(cfg, cold)
+    if cfg.device_cores:
+        raise ValueError(
+            "--device-cores needs frontend processes (--workers 1 or more): this server runs one process"
+        )
     if cfg.port:
         from netgain.server.ports import claim_port
 

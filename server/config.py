@@ -44,6 +44,7 @@ class ServeConfig:
     grace_s: float = 30.0
     switch_interval_ms: float = 1.0
     worker_nice: int = 0  # added to the frontends' and pre-processing processes' niceness
+    device_cores: int = 0  # usable cores kept for the device process alone; 0: every process floats
 
     def validate(self) -> None:
         """Raise ValueError naming the flag and a fix."""
@@ -64,6 +65,7 @@ class ServeConfig:
             (self.recorder_interval_s > 0, "--recorder-interval-s must be > 0"),
             (self.switch_interval_ms > 0, "--switch-interval-ms must be > 0"),
             (0 <= self.worker_nice <= 19, "--worker-nice must be in 0..19"),
+            (0 <= self.device_cores <= 256, "--device-cores must be in 0..256 (0: no core kept)"),
             (
                 not self.otlp_endpoint or self.otlp_endpoint.startswith(("http://", "https://")),
                 "--otlp-endpoint must be an http:// or https:// URL (an OTLP/HTTP receiver, port 4318)",
@@ -91,13 +93,14 @@ class ServeConfig:
             return 0
         if not device.startswith("cuda"):  # the forward, not pre-processing, takes a CPU run's cores
             return 2
-        return min(16, cores - 2)
+        return min(16, cores - max(2, self.device_cores + 1))
 
     def resolved_split(self, cores: int, device: str, pre_ms: float) -> tuple[int, int]:
         """(frontends, pre-processing processes) for a server of several processes. On a GPU with
         both left at auto, one process per core (at most 16), split in proportion to the CPU each
         side spends per request: ``pre_ms`` (the handler's pre-processing, timed at start-up)
-        against ``FRONTEND_MS`` (gRPC, hand-off and post); the device process shares the cores.
+        against ``FRONTEND_MS`` (gRPC, hand-off and post); the device process shares the cores
+        unless ``--device-cores`` keeps some for it.
         On the CPU the forward takes the cores: no pre-processing processes unless asked for."""
         workers = self.resolved_workers(cores, device)
         if isinstance(self.pre_processes, int):
@@ -109,7 +112,7 @@ class ServeConfig:
             return workers, self.pre_processes
         if workers == 0 or not device.startswith("cuda"):
             return workers, 0
-        budget = max(2, min(16, cores))
+        budget = max(2, min(16, cores - self.device_cores))
         if isinstance(self.workers, int):
             return workers, max(0, budget - workers)
         # Rounded up: a saturated frontend queues requests before any phase is measured.
@@ -121,6 +124,20 @@ class ServeConfig:
 # A frontend's CPU per request (gRPC, the servicer, the hand-off, post), on the scale of pre_ms as
 # timed at start-up (one item, idle cores): used only to size --pre-processes auto (docs/server.md).
 FRONTEND_MS = 0.4
+
+
+def core_sets(usable: set[int], device_cores: int) -> tuple[list[int], list[int]]:
+    """(the device process's cores, everyone else's) for ``--device-cores``: the highest-numbered
+    usable cores go to the device process; with 0 both are every usable core."""
+    ordered = sorted(usable)
+    if not device_cores:
+        return ordered, ordered
+    if device_cores >= len(ordered):
+        raise ValueError(
+            f"--device-cores {device_cores} leaves no core for the frontends: "
+            f"{len(ordered)} usable core(s); use at most {len(ordered) - 1}"
+        )
+    return ordered[-device_cores:], ordered[:-device_cores]
 
 
 def _count_or_auto(value: int | str, flag: str) -> int | str:

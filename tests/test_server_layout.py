@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from netgain.server.config import ServeConfig
+from netgain.server.config import ServeConfig, core_sets
 
 
 def test_workers_auto_gives_the_cores_to_the_stage_that_needs_them() -> None:
@@ -35,3 +35,18 @@ def test_pre_processes_split_the_cores_by_the_handlers_pre_processing_time() -> 
         bad.validate()
     with pytest.raises(ValueError, match="--pre-processes 'x': use a whole number"):
         ServeConfig(pre_processes="x").validate()
+
+
+def test_device_cores_keep_the_highest_cores_for_the_device_process() -> None:
+    assert core_sets({0, 1, 2, 3}, 0) == ([0, 1, 2, 3], [0, 1, 2, 3])
+    assert core_sets({4, 0, 9, 2}, 1) == ([9], [0, 2, 4])
+    assert core_sets({0, 1, 2, 3}, 2) == ([2, 3], [0, 1])
+    with pytest.raises(ValueError, match="--device-cores 2 leaves no core for the frontends: 2 usable"):
+        core_sets({0, 1}, 2)
+    # The kept cores leave the split: 10 usable, 1 kept, 9 processes split by the same rule.
+    kept = ServeConfig(device_cores=1)
+    assert kept.resolved_split(10, "cuda", pre_ms=1.2) == (3, 6)
+    assert kept.resolved_workers(12, "cuda") == 10
+    assert ServeConfig(device_cores=4).resolved_workers(12, "cuda") == 7
+    with pytest.raises(ValueError, match=r"--device-cores must be in 0\.\.256"):
+        ServeConfig(device_cores=-1).validate()

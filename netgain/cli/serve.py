@@ -82,6 +82,14 @@ def add_parser(sub: Any) -> None:
     )
     flag(
         p,
+        "--device-cores",
+        type=int,
+        default=0,
+        help="usable cores kept for the device process alone, the highest-numbered ones; the frontends, "
+        "pre-processing processes and supervisor run on the others (default 0: every process floats)",
+    )
+    flag(
+        p,
         "--intra-op-threads",
         type=int,
         default=0,
@@ -166,6 +174,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         workers=args.workers,
         pre_processes=args.pre_processes,
         worker_nice=args.worker_nice,
+        device_cores=args.device_cores,
         slots_per_worker=args.slots_per_worker,
         intra_op_threads=args.intra_op_threads,
         max_message_bytes=int(args.max_message_mb * MIB),

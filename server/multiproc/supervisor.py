@@ -22,8 +22,9 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
+from netgain.contract.cores import cpu_list
 from netgain.server.coldstart import ColdStart
-from netgain.server.config import ServeConfig
+from netgain.server.config import ServeConfig, core_sets
 from netgain.server.multiproc.slots import ITEM_HEADER, Ring
 
 MIN_SLOT_BYTES = 64 * 1024
@@ -77,8 +78,9 @@ class Supervisor:
         self.cold = cold
         self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
         self.slot_bytes, self.pre_ms = measure_items(self.handler, cfg.seed)
-        cores = len(os.sched_getaffinity(0))
-        self.workers, self.pre_processes = cfg.resolved_split(cores, self.device, self.pre_ms)
+        usable = os.sched_getaffinity(0)
+        self.device_cpus, self.other_cpus = core_sets(usable, cfg.device_cores)
+        self.workers, self.pre_processes = cfg.resolved_split(len(usable), self.device, self.pre_ms)
         self.slots = cfg.slots_per_worker or default_slots(cfg)
         self.metrics_port = -1
         self.child_ports: dict[str, int] = {}
@@ -102,7 +104,13 @@ class Supervisor:
         pipes = DevicePipes([r for r, _ in requests], [w for _, w in replies])
         self.device_proc = ctx.Process(
             target=_child,
-            args=(every_fd, dev_keep, device_main, (self.cfg, self.device, self.rings, pipes, child)),
+            args=(
+                every_fd,
+                dev_keep,
+                self.device_cpus,
+                device_main,
+                (self.cfg, self.device, self.rings, pipes, child),
+            ),
             name="netgain-device",
         )
         self.device_proc.start()
@@ -114,7 +122,9 @@ class Supervisor:
             fds = (requests[i][1], replies[i][0])
             args = (self.cfg, i, self.device, self.rings, fds, work, npre, child)
             proc = ctx.Process(
-                target=_child, args=(every_fd, keep, frontend_main, args), name=f"netgain-frontend-{i}"
+                target=_child,
+                args=(every_fd, keep, self.other_cpus, frontend_main, args),
+                name=f"netgain-frontend-{i}",
             )
             proc.start()
             self.fronts.append(proc)
@@ -126,7 +136,7 @@ class Supervisor:
             pre_args = (self.cfg, i, self.device, self.rings, requests[i][1], work, child)
             proc = ctx.Process(
                 target=_child,
-                args=(every_fd, [requests[i][1], *work], prep_main, pre_args),
+                args=(every_fd, [requests[i][1], *work], self.other_cpus, prep_main, pre_args),
                 name=f"netgain-pre-{i}",
             )
             proc.start()
@@ -134,6 +144,7 @@ class Supervisor:
             self.pre_ctl.append(parent)
         for fd in every_fd:  # each end now lives in the one child that uses it: EOF means it exited
             os.close(fd)
+        os.sched_setaffinity(0, self.other_cpus)
 
     def _wait_message(self, conn: Connection, proc: Any, what: str, timeout_s: float = 600.0) -> Any:
         ready = wait([conn, proc.sentinel], timeout_s)
@@ -221,8 +232,10 @@ class Supervisor:
         self._fork_all()
         self._start_metrics()
         pre = f", {self.pre_processes} pre-processing" if self.pre_processes else ""
+        kept = f" on cores {cpu_list(self.device_cpus)}, the others on {cpu_list(self.other_cpus)}"
         say(
-            f"{self.workers} frontend{pre} and 1 device process ({self.slots} hand-off slots "
+            f"{self.workers} frontend{pre} and 1 device process{kept if self.cfg.device_cores else ''} "
+            f"({self.slots} hand-off slots "
             f"of {self.slot_bytes // 1024} KiB per frontend; pre-processing took {self.pre_ms:.2f} ms "
             "per example item at start-up)"
         )
@@ -249,7 +262,8 @@ class Supervisor:
         for conn in [*self.pre_ctl, *self.front_ctl]:
             conn.send(("go", info))
         total = self.cold.timeline()[-1][1]
-        say(f"ready ({self.handler.name} on {self.device}, cold start {total:.2f} s)")
+        cores = cpu_list(sorted({*self.device_cpus, *self.other_cpus}))
+        say(f"ready ({self.handler.name} on {self.device}, cold start {total:.2f} s, cores {cores})")
         return self._supervise(stop)
 
     def _supervise(self, stop: dict[str, int]) -> int:
@@ -347,11 +361,13 @@ def shared_work_pipe() -> tuple[int, int]:
     return r, w
 
 
-def _child(every_fd: list[int], keep: list[int], target: Any, args: tuple[Any, ...]) -> None:
-    """In a forked child: close the hand-off pipe ends that belong to other processes, then run."""
+def _child(every_fd: list[int], keep: list[int], cpus: list[int], target: Any, args: tuple[Any, ...]) -> None:
+    """In a forked child: close the hand-off pipe ends that belong to other processes, move to the
+    role's cores (--device-cores), then run."""
     for fd in every_fd:
         if fd not in keep:
             os.close(fd)
+    os.sched_setaffinity(0, cpus)
     target(*args)
 
 
