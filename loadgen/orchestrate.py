@@ -10,9 +10,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 
+from netgain.contract.cores import cpu_list
 from netgain.errors import NetgainError
 
 
@@ -23,13 +25,96 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def parse_cpus(text: str, flag: str, usable: set[int]) -> list[int]:
+    """``0-11,14`` (or ``all``: every usable core) as a sorted list; one-line error otherwise."""
+    if text == "all":
+        return sorted(usable)
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise NetgainError(f"{flag} {text!r}: use core numbers and ranges such as 0-11,14, or all") from None
+    if not cpus or not cpus <= usable:
+        raise NetgainError(f"{flag} {text!r}: the usable cores are {cpu_list(sorted(usable))}")
+    return sorted(cpus)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which cores the servers and the load generator of an experiment run on."""
+
+    server: list[int]
+    load: list[int]
+
+    @property
+    def separate(self) -> bool:
+        return not set(self.server) & set(self.load)
+
+    def describe(self) -> str:
+        if self.separate:
+            return (
+                f"placement: server on cores {cpu_list(self.server)}, "
+                f"load generator on cores {cpu_list(self.load)}"
+            )
+        shared = cpu_list(sorted(set(self.server) & set(self.load)))
+        return (
+            f"placement SHARED: server and load generator both run on cores {shared}, so latencies "
+            "include their contention (separate cores: --server-cpus/--load-cpus, or 8 usable cores for auto)"
+        )
+
+
+def choose_placement(
+    server_cpus: str = "auto", load_cpus: str = "auto", usable: set[int] | None = None
+) -> Placement:
+    """``auto`` for both: with 8 usable cores or more, the highest quarter (at least 2) loads and the
+    rest serves; below that both share every core. One side given, auto takes the other cores."""
+    usable = set(os.sched_getaffinity(0)) if usable is None else usable
+    ordered = sorted(usable)
+    if server_cpus == "auto" and load_cpus == "auto":
+        if len(ordered) < 8:
+            return Placement(ordered, ordered)
+        n_load = max(2, len(ordered) // 4)
+        return Placement(ordered[:-n_load], ordered[-n_load:])
+    server = parse_cpus(server_cpus, "--server-cpus", usable) if server_cpus != "auto" else None
+    load = parse_cpus(load_cpus, "--load-cpus", usable) if load_cpus != "auto" else None
+    if server is None:
+        server = sorted(usable - set(load or []))
+    if load is None:
+        load = sorted(usable - set(server))
+    if not server or not load:
+        raise NetgainError("--server-cpus and --load-cpus leave one side no core: give it some, or all")
+    both_all = server_cpus == load_cpus == "all"
+    if set(server) & set(load) and not both_all:
+        raise NetgainError(
+            f"--server-cpus and --load-cpus overlap on cores {cpu_list(sorted(set(server) & set(load)))}: "
+            "give them separate cores, or all for both to share every core"
+        )
+    return Placement(server, load)
+
+
+def pinned(cpus: Sequence[int] | None) -> Callable[[], None] | None:
+    """A child's preexec_fn that moves it to ``cpus`` before it runs (None: where the parent is)."""
+    if not cpus:
+        return None
+    chosen = set(cpus)
+    return lambda: os.sched_setaffinity(0, chosen)
+
+
 class ServerProcess:
     """``python -m netgain.server ...`` on 127.0.0.1 with free ports; stopped with SIGTERM (drain) on exit."""
 
     def __init__(
-        self, args: Sequence[str], log_path: str | None = None, ready_timeout_s: float = 300.0, port: int = 0
+        self,
+        args: Sequence[str],
+        log_path: str | None = None,
+        ready_timeout_s: float = 300.0,
+        port: int = 0,
+        cpus: Sequence[int] | None = None,
     ) -> None:
         self.args = list(args)
+        self.cpus = cpus  # the server's cores (None: the caller's)
         self.port = port  # a fixed port lets several servers share it (SO_REUSEPORT)
         self.log_path = log_path
         self.ready_timeout_s = ready_timeout_s
@@ -64,7 +149,11 @@ class ServerProcess:
         self._log_from = os.path.getsize(self.log_path) if self.log_path else 0
         self.spawned_at = time.time()
         self.proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT if self.log_path else None, stdin=subprocess.DEVNULL
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT if self.log_path else None,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=pinned(self.cpus),
         )
         deadline = time.monotonic() + 60.0
         while not os.path.exists(self.ports_file):
@@ -158,12 +247,20 @@ class ServerProcess:
         self.stop()
 
 
-def run_load(args: Sequence[str], quiet: bool = False, force: bool = True) -> int:
+def run_load(
+    args: Sequence[str], quiet: bool = False, force: bool = True, cpus: Sequence[int] | None = None
+) -> int:
     """``netgain load ARGS`` in a child process (it patches the standard library for gevent).
-    ``force``: the experiments own their run directories and replace a run there (``--force``)."""
+    ``force``: the experiments own their run directories and replace a run there (``--force``);
+    ``cpus``: the load generator's cores (its workers inherit them)."""
     cmd = [sys.executable, "-m", "netgain.cli", "load", *args]
     if quiet:
         cmd.append("--quiet")
     if force:
         cmd.append("--force")
-    return subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False).returncode
+    return subprocess.run(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        check=False,
+        preexec_fn=pinned(cpus),
+    ).returncode

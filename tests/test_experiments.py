@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 from conftest import run_netgain
 
+from netgain.contract.cores import cpu_list
+from netgain.errors import NetgainError
 from netgain.loadgen.experiments import cpu_vs_gpu as compare
 from netgain.loadgen.experiments.cpu_vs_gpu import CompareConfig, Side, _with_rate, best_batch
 from netgain.loadgen.experiments.drill import distribution
+from netgain.loadgen.orchestrate import Placement, choose_placement, parse_cpus
 
 
 def netgain(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
@@ -73,6 +76,28 @@ def test_distribution() -> None:
     assert d == {"n": 4, "min": 1.0, "median": 2.0, "p90": 4.0, "max": 4.0, "mean": 2.5}
 
 
+def test_placement_keeps_the_load_generator_off_the_servers_cores() -> None:
+    sixteen = set(range(16))
+    auto = choose_placement(usable=sixteen)
+    assert (auto.server, auto.load) == (list(range(12)), [12, 13, 14, 15]) and auto.separate
+    assert auto.describe() == "placement: server on cores 0-11, load generator on cores 12-15"
+    small = choose_placement(usable={0, 1})
+    assert small == Placement([0, 1], [0, 1]) and not small.separate
+    assert small.describe().startswith("placement SHARED: server and load generator both run on cores 0-1")
+    assert choose_placement("0-9", "auto", sixteen).load == list(range(10, 16))
+    assert choose_placement("auto", "14,15", sixteen).server == list(range(14))
+    assert choose_placement("all", "all", {0, 1, 2}) == Placement([0, 1, 2], [0, 1, 2])
+    assert parse_cpus("0-3,8", "--server-cpus", sixteen) == [0, 1, 2, 3, 8]
+    with pytest.raises(NetgainError, match="overlap on cores 8-9"):
+        choose_placement("0-9", "8-15", sixteen)
+    with pytest.raises(NetgainError, match="--load-cpus '20': the usable cores are 0-15"):
+        choose_placement("0-3", "20", sixteen)
+    with pytest.raises(NetgainError, match="--server-cpus 'x': use core numbers"):
+        choose_placement("x", "auto", sixteen)
+    with pytest.raises(NetgainError, match="leave one side no core"):
+        choose_placement("all", "auto", sixteen)
+
+
 def test_compare_refuses_without_prices_or_gpu(tmp_path: Path) -> None:
     res = netgain("compare", "--model", "null", "--out", str(tmp_path))
     assert res.returncode == 2 and "required" in res.stderr and "Traceback" not in res.stderr
@@ -129,6 +154,10 @@ def test_compare_two_cpu_setups_end_to_end_and_resume(tmp_path: Path) -> None:
     ]
     res = netgain(*args)
     assert res.returncode == 0, res.stderr[-3000:]
+    placed = choose_placement()
+    assert f"netgain compare: {placed.describe()}" in res.stderr and placed.describe() in res.stdout
+    cpus = {json.loads(m.read_text())["host"]["client_cpus"] for m in out.glob("*/*/*/meta.json")}
+    assert cpus == {cpu_list(placed.load)}
     for side in ("baseline", "treatment"):
         for run in ("b1/cold", "b1/warm", "sweep/b1-r20", "sweep/b1-r40"):
             assert (out / side / run / "meta.json").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -59,12 +60,19 @@ def test_tune_result_is_checked_when_read(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_tune_on_a_real_server_writes_the_table_and_compare_reads_it(tmp_path: Path) -> None:
     out = tmp_path / "tune"
+    usable = sorted(os.sched_getaffinity(0))
+    server, load = (str(usable[0]), str(usable[-1])) if len(usable) > 1 else ("all", "all")
     res = run_netgain(
         "tune", "--model", "null", "--workers-list", "0", "--batch-sizes", "4,8", "--start-rps", "20",
         "--max-rps", "80", "--bisect-steps", "0", "--duration", "1", "--warmup-s", "0.5",
-        "--slo-p99-ms", "1000", "--out", str(out), timeout=600,
+        "--slo-p99-ms", "1000", "--out", str(out), "--server-cpus", server, "--load-cpus", load, timeout=600,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr
+    if len(usable) > 1:  # each side on its own core, said once and recorded by both
+        assert f"placement: server on cores {server}, load generator on cores {load}" in res.stderr
+        assert f"cores {server})" in (out / "c0" / "server.log").read_text()
+        metas = list(out.glob("c*/r*/meta.json"))
+        assert metas and {json.loads(m.read_text())["host"]["client_cpus"] for m in metas} == {load}
     doc = json.loads((out / "tune.json").read_text())
     assert doc["schema"] == 1 and len(doc["configs"]) == 2
     caps = [c["capacity_rps"] for c in doc["configs"]]

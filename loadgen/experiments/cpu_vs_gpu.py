@@ -17,7 +17,7 @@ from typing import Any
 
 from netgain.contract import rundir as files
 from netgain.errors import NetgainError
-from netgain.loadgen.orchestrate import ServerProcess, run_load
+from netgain.loadgen.orchestrate import Placement, ServerProcess, run_load
 
 
 @dataclass
@@ -47,6 +47,15 @@ class CompareConfig:
     treatment: Side
     handler_options: list[str] = field(default_factory=list)
     seed: int = 0
+    placement: Placement | None = None  # None: servers and load generator where compare runs
+
+    @property
+    def server_cpus(self) -> list[int] | None:
+        return self.placement.server if self.placement else None
+
+    @property
+    def load_cpus(self) -> list[int] | None:
+        return self.placement.load if self.placement else None
 
 
 class Progress:
@@ -104,7 +113,7 @@ def _load(cfg: CompareConfig, side: Side, target: str, out: str, *, warmup_s: fl
         str(cfg.slo_p99_ms),
         *extra,
     ]
-    rc = run_load(args, quiet=True)
+    rc = run_load(args, quiet=True, cpus=cfg.load_cpus)
     if rc not in (0, 3, 4, 5):
         raise NetgainError(f"netgain load failed (exit {rc}) for {out}")
     return rc
@@ -154,7 +163,9 @@ def run_side(cfg: CompareConfig, side: Side, progress: Progress) -> dict[str, An
         span_log = os.path.join(root, f"b{b}", "spans.jsonl")
         os.makedirs(os.path.dirname(span_log), exist_ok=True)
         with ServerProcess(
-            _serve_args(cfg, side, b, span_log), log_path=os.path.join(root, f"b{b}", "server.log")
+            _serve_args(cfg, side, b, span_log),
+            log_path=os.path.join(root, f"b{b}", "server.log"),
+            cpus=cfg.server_cpus,
         ) as sp:
             ready_s = sp.wait_ready()
             for label, run_dir in runs.items():
@@ -181,7 +192,9 @@ def run_side(cfg: CompareConfig, side: Side, progress: Progress) -> dict[str, An
     span_log = os.path.join(root, "sweep", "spans.jsonl")
     os.makedirs(os.path.dirname(span_log), exist_ok=True)
     with ServerProcess(
-        _serve_args(cfg, side, b, span_log), log_path=os.path.join(root, "sweep", "server.log")
+        _serve_args(cfg, side, b, span_log),
+        log_path=os.path.join(root, "sweep", "server.log"),
+        cpus=cfg.server_cpus,
     ) as sp:
         sp.wait_ready()
         for rate, run_dir in zip(cfg.rates, sweep, strict=True):
@@ -206,7 +219,7 @@ def run_side(cfg: CompareConfig, side: Side, progress: Progress) -> dict[str, An
                     "--slo-p99-ms",
                     str(cfg.slo_p99_ms),
                 ]
-                if run_load(args, quiet=True) not in (0, 3, 4, 5):
+                if run_load(args, quiet=True, cpus=cfg.load_cpus) not in (0, 3, 4, 5):
                     raise NetgainError(f"netgain load failed for {run_dir}")
             progress.step(
                 f"{side.name} {side.device} sweep batch {b} at {rate:g} req/s: p99 {_p99(run_dir):.2f} ms"

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from netgain.errors import NetgainError
+from netgain.loadgen.orchestrate import Placement, pinned
 
 TUNE_SCHEMA = 1
 
@@ -87,6 +88,7 @@ class TuneConfig:
     connections: int = 16
     seed: int = 0
     max_error_ratio: float = 1e-3
+    placement: Placement | None = None  # None: server and load generator where tune runs
 
 
 def grid(
@@ -117,6 +119,7 @@ def load_and_report(
     load_workers: int,
     connections: int,
     seed: int,
+    cpus: Sequence[int] | None = None,
 ) -> dict[str, Any] | None:
     """One open-loop Poisson ``netgain load`` run into ``out`` and its ``netgain report``; the report's
     dict, or None when no report came out."""
@@ -126,7 +129,13 @@ def load_and_report(
         "--workers", str(load_workers), "--connections", str(connections), "--model", model,
         "--out", out, "--force", "--quiet", "--seed", str(seed), "--timeout-s", "5",
     ]  # fmt: skip
-    subprocess.run(_netgain(*load), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=False)
+    subprocess.run(
+        _netgain(*load),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        check=False,
+        preexec_fn=pinned(cpus),
+    )
     subprocess.run(_netgain("report", out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     rep_path = os.path.join(out, "report.json")
     if not os.path.exists(rep_path):
@@ -172,6 +181,7 @@ def measure(target: str, cfg: TuneConfig, rate: float, out: str) -> Trial:
         load_workers=cfg.load_workers,
         connections=cfg.connections,
         seed=cfg.seed,
+        cpus=cfg.placement.load if cfg.placement else None,
     )
     return trial(rep, rate, cfg.slo_p99_ms, cfg.max_error_ratio)
 
@@ -214,7 +224,8 @@ def _server(cfg: TuneConfig, knobs: Knobs, log_path: str) -> Iterator[Any]:
     args = ["--model", cfg.model, "--device", cfg.device, *knobs.serve_args()]
     for opt in cfg.handler_options:
         args += ["--handler-option", opt]
-    with ServerProcess([*args, *cfg.serve_args], log_path=log_path) as sp:
+    cpus = cfg.placement.server if cfg.placement else None
+    with ServerProcess([*args, *cfg.serve_args], log_path=log_path, cpus=cpus) as sp:
         sp.wait_ready()
         yield sp
 

@@ -3,6 +3,7 @@ workers, the counts and the validity verdict."""
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import time
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from netgain.contract import rundir as files
+from netgain.contract.cores import cpu_list
 from netgain.loadgen.runner.config import LoadConfig
 
 if TYPE_CHECKING:
@@ -51,7 +53,11 @@ def build_meta(
             },
             "server": server.get("versions", {}),
         },
-        "host": {"client": socket.gethostname(), "server": server.get("host", "")},
+        "host": {
+            "client": socket.gethostname(),
+            "server": server.get("host", ""),
+            "client_cpus": cpu_list(sorted(os.sched_getaffinity(0))),  # local workers inherit them
+        },
         "server": server,
         "targets": [MessageToDict(i, preserving_proto_field_name=True) for i in infos[1:]],
         "trace": {

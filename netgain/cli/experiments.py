@@ -106,6 +106,14 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="use treatment runs recorded elsewhere (an earlier OUT/treatment)",
     )
+    flag(
+        c,
+        "--server-cpus",
+        default="auto",
+        help="cores the servers run on (0-11,14 or all); auto: with 8 usable cores or more all but the "
+        "highest quarter, else every core, shared with the load generator (said in the output)",
+    )
+    flag(c, "--load-cpus", default="auto", help="cores the load generator runs on; auto: the cores left")
     flag(c, "--workers", type=int, default=1, help="load-generator workers per run")
     flag(c, "--seed", type=int, default=0, help="seed of traffic, payloads and weights")
     flag(c, "--out", default="runs/compare", help="output directory (re-run to resume)")
@@ -148,6 +156,7 @@ def add_parser(sub: Any) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     from netgain.loadgen.experiments.cpu_vs_gpu import CompareConfig, Progress, Side, run_side, summarize
+    from netgain.loadgen.orchestrate import choose_placement
 
     missing = [
         f
@@ -170,6 +179,7 @@ def run_compare(args: argparse.Namespace) -> int:
         set(_ints(args.batch_sizes, "--batch-sizes")) | {1} | {b for _, b in tuned.values() if b}
     )
     rates = _floats(args.rates, "--rates") if args.rates else [args.rate * f for f in (0.5, 1.0, 2.0, 4.0)]
+    placement = choose_placement(args.server_cpus, args.load_cpus)
     traffic = (
         ["--trace", args.trace] if args.trace else ["--arrival", args.arrival, "--rate", f"{args.rate:g}"]
     )
@@ -187,6 +197,7 @@ def run_compare(args: argparse.Namespace) -> int:
         out=args.out,
         handler_options=list(args.handler_option),
         seed=args.seed,
+        placement=placement,
         baseline=Side(
             "baseline",
             args.baseline_device,
@@ -204,6 +215,7 @@ def run_compare(args: argparse.Namespace) -> int:
         ),
     )
     os.makedirs(cfg.out, exist_ok=True)
+    print(f"netgain compare: {placement.describe()}", file=sys.stderr, flush=True)
     per_side = len(batch_sizes) * (2 + len([k for k in cfg.items if k != 1])) + len(rates)
     progress = Progress(2 * per_side)
     sides = {
@@ -212,6 +224,7 @@ def run_compare(args: argparse.Namespace) -> int:
     }
     reports, rows = summarize(cfg, sides)
     print_compare(reports, rows, cfg.out)
+    print(placement.describe())
     return 0
 
 

@@ -47,6 +47,14 @@ def add_parser(sub: Any) -> None:
     flag(t, "--warmup-s", type=float, default=2.0, help="warm-up seconds per run")
     flag(t, "--load-workers", type=int, default=1, help="load-generator workers per run")
     flag(t, "--connections", type=int, default=16, help="connections per load worker")
+    flag(
+        t,
+        "--server-cpus",
+        default="auto",
+        help="cores the servers run on (0-11,14 or all); auto: with 8 usable cores or more all but the "
+        "highest quarter, else every core, shared with the load generator (said in the output)",
+    )
+    flag(t, "--load-cpus", default="auto", help="cores the load generator runs on; auto: the cores left")
     flag(t, "--seed", type=int, default=0, help="seed of traffic and payloads")
     flag(t, "--out", default="runs/tune", help="output directory (tune.json, tune.md, runs)")
     t.set_defaults(func=run_tune)
@@ -67,6 +75,9 @@ def run_tune(args: argparse.Namespace) -> int:
         for w in values:
             if w != "auto" and not w.isdigit():
                 raise CliError(f"{flag_name}: {w!r} is not a whole number or auto")
+    from netgain.loadgen.orchestrate import choose_placement
+
+    placement = choose_placement(args.server_cpus, args.load_cpus)
     cfg = tune.TuneConfig(
         model=args.model,
         device=args.device,
@@ -90,11 +101,13 @@ def run_tune(args: argparse.Namespace) -> int:
         load_workers=args.load_workers,
         connections=args.connections,
         seed=args.seed,
+        placement=placement,
     )
 
     def say(line: str) -> None:
         print(f"netgain tune: {line}", file=sys.stderr, flush=True)
 
+    say(placement.describe())
     results = tune.tune(cfg, say)
     text = tune.table(results)
     with open(os.path.join(args.out, "tune.md"), "w") as fh:
