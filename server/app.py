@@ -285,7 +285,7 @@ def run_server(cfg: ServeConfig, cold: ColdStart) -> int:
         from netgain.server.multiproc.supervisor import run_multiprocess
 
         return run_multiprocess(cfg, cold)
-    if cfg.device_cores:
+    if isinstance(cfg.device_cores, int) and cfg.device_cores:
         raise ValueError(
             "--device-cores needs frontend processes (--workers 1 or more): this server runs one process"
         )

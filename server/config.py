@@ -44,7 +44,7 @@ class ServeConfig:
     grace_s: float = 30.0
     switch_interval_ms: float = 1.0
     worker_nice: int = 0  # added to the frontends' and pre-processing processes' niceness
-    device_cores: int = 0  # usable cores kept for the device process alone; 0: every process floats
+    device_cores: int | str = "auto"  # cores the device process runs on alone; 0: every process floats
 
     def validate(self) -> None:
         """Raise ValueError naming the flag and a fix."""
@@ -65,7 +65,6 @@ class ServeConfig:
             (self.recorder_interval_s > 0, "--recorder-interval-s must be > 0"),
             (self.switch_interval_ms > 0, "--switch-interval-ms must be > 0"),
             (0 <= self.worker_nice <= 19, "--worker-nice must be in 0..19"),
-            (0 <= self.device_cores <= 256, "--device-cores must be in 0..256 (0: no core kept)"),
             (
                 not self.otlp_endpoint or self.otlp_endpoint.startswith(("http://", "https://")),
                 "--otlp-endpoint must be an http:// or https:// URL (an OTLP/HTTP receiver, port 4318)",
@@ -73,9 +72,11 @@ class ServeConfig:
         ]
         self.workers = workers = _count_or_auto(self.workers, "--workers")
         self.pre_processes = pre = _count_or_auto(self.pre_processes, "--pre-processes")
+        self.device_cores = kept = _count_or_auto(self.device_cores, "--device-cores")
         checks += [
             (workers == "auto" or 0 <= int(workers) <= 256, "--workers must be 0..256 or auto"),
             (pre == "auto" or 0 <= int(pre) <= 256, "--pre-processes must be 0..256 or auto"),
+            (kept == "auto" or 0 <= int(kept) <= 256, "--device-cores must be 0..256 or auto"),
             (pre in ("auto", 0) or workers != 0, "--pre-processes needs --workers above 0"),
             (self.slots_per_worker >= 0, "--slots-per-worker must be >= 0 (0 = from the batch size)"),
         ]
@@ -93,14 +94,26 @@ class ServeConfig:
             return 0
         if not device.startswith("cuda"):  # the forward, not pre-processing, takes a CPU run's cores
             return 2
-        return min(16, cores - max(2, self.device_cores + 1))
+        kept = self.device_cores if isinstance(self.device_cores, int) else 0
+        return min(16, cores - max(2, kept + 1))
 
-    def resolved_split(self, cores: int, device: str, pre_ms: float) -> tuple[int, int]:
+    def resolved_device_cores(self, cores: int, device: str, item_bytes: int) -> int:
+        """Cores the device process runs on alone for ``--device-cores auto``: one on a GPU host of 8
+        usable cores or more when the pre-processed items are small (``SMALL_ITEM_BYTES``): its work
+        is then Python under one GIL, whose threads hand it over faster on one core than across
+        several; none when items are large, whose copies need several cores (docs/server.md)."""
+        if isinstance(self.device_cores, int):
+            return self.device_cores
+        if not device.startswith("cuda") or cores < 8:
+            return 0
+        return 1 if item_bytes <= SMALL_ITEM_BYTES else 0
+
+    def resolved_split(self, cores: int, device: str, pre_ms: float, kept: int = 0) -> tuple[int, int]:
         """(frontends, pre-processing processes) for a server of several processes. On a GPU with
         both left at auto, one process per core (at most 16), split in proportion to the CPU each
         side spends per request: ``pre_ms`` (the handler's pre-processing, timed at start-up)
         against ``FRONTEND_MS`` (gRPC, hand-off and post); the device process shares the cores
-        unless ``--device-cores`` keeps some for it.
+        but for the ``kept`` cores it runs on alone.
         On the CPU the forward takes the cores: no pre-processing processes unless asked for."""
         workers = self.resolved_workers(cores, device)
         if isinstance(self.pre_processes, int):
@@ -112,7 +125,7 @@ class ServeConfig:
             return workers, self.pre_processes
         if workers == 0 or not device.startswith("cuda"):
             return workers, 0
-        budget = max(2, min(16, cores - self.device_cores))
+        budget = max(2, min(16, cores - kept))
         if isinstance(self.workers, int):
             return workers, max(0, budget - workers)
         # Rounded up: a saturated frontend queues requests before any phase is measured.
@@ -124,11 +137,14 @@ class ServeConfig:
 # A frontend's CPU per request (gRPC, the servicer, the hand-off, post), on the scale of pre_ms as
 # timed at start-up (one item, idle cores): used only to size --pre-processes auto (docs/server.md).
 FRONTEND_MS = 0.4
+# Pre-processed items up to this size leave the device process only Python work (token ids, rows).
+SMALL_ITEM_BYTES = 16 * 1024
 
 
 def core_sets(usable: set[int], device_cores: int) -> tuple[list[int], list[int]]:
-    """(the device process's cores, everyone else's) for ``--device-cores``: the highest-numbered
-    usable cores go to the device process; with 0 both are every usable core."""
+    """(the device process's cores, everyone else's) for ``--device-cores``: the device process runs
+    alone on the highest-numbered usable cores, the others on the rest; with 0 both are every
+    usable core."""
     ordered = sorted(usable)
     if not device_cores:
         return ordered, ordered

@@ -43,10 +43,19 @@ def test_device_cores_keep_the_highest_cores_for_the_device_process() -> None:
     assert core_sets({0, 1, 2, 3}, 2) == ([2, 3], [0, 1])
     with pytest.raises(ValueError, match="--device-cores 2 leaves no core for the frontends: 2 usable"):
         core_sets({0, 1}, 2)
+    # auto: one core alone for a device process whose items are small (text), none for large
+    # ones (image pixels), none on the CPU or on a small host.
+    auto = ServeConfig()
+    auto.validate()
+    assert auto.resolved_device_cores(10, "cuda", item_bytes=512) == 1
+    assert auto.resolved_device_cores(10, "cuda", item_bytes=150_528) == 0
+    assert auto.resolved_device_cores(10, "cpu", item_bytes=512) == 0
+    assert auto.resolved_device_cores(4, "cuda", item_bytes=512) == 0
+    assert ServeConfig(device_cores=2).resolved_device_cores(10, "cpu", 512) == 2
     # The kept cores leave the split: 10 usable, 1 kept, 9 processes split by the same rule.
-    kept = ServeConfig(device_cores=1)
-    assert kept.resolved_split(10, "cuda", pre_ms=1.2) == (3, 6)
-    assert kept.resolved_workers(12, "cuda") == 10
+    assert auto.resolved_split(10, "cuda", pre_ms=1.2, kept=1) == (3, 6)
     assert ServeConfig(device_cores=4).resolved_workers(12, "cuda") == 7
-    with pytest.raises(ValueError, match=r"--device-cores must be in 0\.\.256"):
+    with pytest.raises(ValueError, match=r"--device-cores must be 0\.\.256 or auto"):
         ServeConfig(device_cores=-1).validate()
+    with pytest.raises(ValueError, match="--device-cores 'x': use a whole number"):
+        ServeConfig(device_cores="x").validate()

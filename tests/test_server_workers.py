@@ -223,7 +223,7 @@ def test_pre_processes_take_every_frontends_requests_and_exits_are_reported(star
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="--device-cores needs 2 usable cores")
-def test_device_cores_pin_the_device_process_apart_from_the_others(start_server: Any) -> None:
+def test_device_cores_run_the_device_process_alone_on_the_highest_cores(start_server: Any) -> None:
     usable = sorted(os.sched_getaffinity(0))
     s = start_server("--model", "null", "--workers", "1", "--pre-processes", "1", "--device-cores", "1")
     kids = {k.name(): k for k in psutil.Process(s.pid).children()}  # comm names: ng-device, ng-front-0, ...
@@ -232,7 +232,7 @@ def test_device_cores_pin_the_device_process_apart_from_the_others(start_server:
     for name, kid in kids.items():
         assert kid.cpu_affinity() == usable[:-1], name
     assert psutil.Process(s.pid).cpu_affinity() == usable[:-1]
-    assert f"1 device process on cores {usable[-1]}, the others on" in s.output()
+    assert f"1 device process alone on cores {usable[-1]} (" in s.output()
     results = burst(s.target, "null", 4, 5)
     assert all(isinstance(r, pb.InferResponse) for r, _ in results), [r for r, _ in results][:3]
 

@@ -83,10 +83,10 @@ def add_parser(sub: Any) -> None:
     flag(
         p,
         "--device-cores",
-        type=int,
-        default=0,
-        help="usable cores kept for the device process alone, the highest-numbered ones; the frontends, "
-        "pre-processing processes and supervisor run on the others (default 0: every process floats)",
+        default="auto",
+        help="cores the device process runs on alone, the highest-numbered usable ones; the frontends, "
+        "pre-processing processes and supervisor run on the others; auto: 1 on a GPU host of 8 cores or "
+        "more when pre-processed items are small (at most 16 KiB), else 0 (every process may use every core)",
     )
     flag(
         p,

@@ -56,14 +56,14 @@ class Handed(Pending):
 def intra_op_threads(cfg: ServeConfig, device: str, frontends: int) -> int:
     """--intra-op-threads, or by default: on a GPU one (the forward needs none, and idle OpenMP
     workers spin on the cores the frontends pre-process on); on the CPU the cores the frontends
-    leave (with --device-cores, the cores kept for it), so model compute and pre-processing do not
-    oversubscribe."""
+    leave, so model compute and pre-processing do not oversubscribe."""
     cores = len(os.sched_getaffinity(0))
     if cfg.intra_op_threads:
         return cfg.intra_op_threads
     if device.startswith("cuda"):
         return 1
-    return cores if cfg.device_cores else max(1, cores - frontends)  # pinned: the cores are its own
+    alone = isinstance(cfg.device_cores, int) and cfg.device_cores > 0
+    return cores if alone else max(1, cores - frontends)  # alone: its cores are its own
 
 
 class SlotHandler(Handler):

@@ -42,9 +42,10 @@ def item_bytes(value: Any) -> int:
     return len(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def measure_items(handler: Any, seed: int) -> tuple[int, float]:
-    """Slot bytes (room for the largest of a few pre-processed example items, a quarter to spare)
-    and the fastest of their pre-processing times in ms (one thread, the first call excluded)."""
+def measure_items(handler: Any, seed: int) -> tuple[int, float, int]:
+    """Slot bytes (room for the largest of a few pre-processed example items, a quarter to spare),
+    the fastest of their pre-processing times in ms (one thread, the first call excluded) and the
+    largest item's bytes."""
     rng = random.Random(seed)
     sizes, times = [], []
     for _ in range(6):
@@ -53,7 +54,7 @@ def measure_items(handler: Any, seed: int) -> tuple[int, float]:
         sizes.append(item_bytes(handler.preprocess(x)))
         times.append((time.perf_counter() - t0) * 1e3)
     need = ITEM_HEADER + max(MIN_SLOT_BYTES, max(sizes) + max(sizes) // 4)
-    return -(-need // 4096) * 4096, min(times[1:])
+    return -(-need // 4096) * 4096, min(times[1:]), max(sizes)
 
 
 def default_slots(cfg: ServeConfig) -> int:
@@ -77,10 +78,13 @@ class Supervisor:
         self.cfg = dataclasses.replace(cfg, port=claim_port(cfg.host, cfg.port))
         self.cold = cold
         self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
-        self.slot_bytes, self.pre_ms = measure_items(self.handler, cfg.seed)
+        self.slot_bytes, self.pre_ms, self.item_bytes = measure_items(self.handler, cfg.seed)
         usable = os.sched_getaffinity(0)
-        self.device_cpus, self.other_cpus = core_sets(usable, cfg.device_cores)
-        self.workers, self.pre_processes = cfg.resolved_split(len(usable), self.device, self.pre_ms)
+        self.kept = cfg.resolved_device_cores(len(usable), self.device, self.item_bytes)
+        self.device_cpus, self.other_cpus = core_sets(usable, self.kept)
+        self.workers, self.pre_processes = cfg.resolved_split(
+            len(usable), self.device, self.pre_ms, self.kept
+        )
         self.slots = cfg.slots_per_worker or default_slots(cfg)
         self.metrics_port = -1
         self.child_ports: dict[str, int] = {}
@@ -232,12 +236,12 @@ class Supervisor:
         self._fork_all()
         self._start_metrics()
         pre = f", {self.pre_processes} pre-processing" if self.pre_processes else ""
-        kept = f" on cores {cpu_list(self.device_cpus)}, the others on {cpu_list(self.other_cpus)}"
+        alone = f" alone on cores {cpu_list(self.device_cpus)}" if self.kept else ""
         say(
-            f"{self.workers} frontend{pre} and 1 device process{kept if self.cfg.device_cores else ''} "
+            f"{self.workers} frontend{pre} and 1 device process{alone} "
             f"({self.slots} hand-off slots "
             f"of {self.slot_bytes // 1024} KiB per frontend; pre-processing took {self.pre_ms:.2f} ms "
-            "per example item at start-up)"
+            f"per example item of {self.item_bytes:,} B at start-up)"
         )
         try:
             for i, conn in enumerate(self.front_ctl):
