@@ -504,3 +504,26 @@ def test_round_robin_service_config_spreads_calls_over_addresses() -> None:
     finally:
         for srv in servers:
             srv.stop(None)
+
+
+@pytest.mark.parametrize("max_error_rate", [None, 1.0])
+def test_a_run_in_which_every_request_failed_exits_5_not_invalid(
+    max_error_rate: float | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The target failed every request: exit 5 (REQUESTS FAILED), not 3 (INVALID), and never 0,
+    even when --max-error-rate allows every failure."""
+    from netgain.loadgen.runner import results
+    from netgain.loadgen.runner.config import LoadConfig
+    from netgain.loadgen.runner.live import LiveStats
+
+    cols = _cols([0, 1, 2, 3])
+    cols["status"] = ["INTERNAL"] * 4
+    live = LiveStats(None, out=io.StringIO())
+    live.add(records_batch(cols))
+    cfg = LoadConfig(targets=["t"], out="run", max_error_rate=max_error_rate)
+    counts = results.count(4, live, 0, 0, 4)
+    reasons = results.invalid_reasons(cfg, live, counts, {}, {})
+    assert reasons == []
+    assert results.verdict(cfg, live, counts, reasons) == results.EXIT_FAILED
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.endswith(": REQUESTS FAILED: 4 of 4 measured requests failed (4 INTERNAL); none succeeded")

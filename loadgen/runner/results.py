@@ -106,8 +106,6 @@ def invalid_reasons(
     busy = {w: c for w, c in cpu.items() if c >= cfg.max_worker_cpu}
     if busy:
         reasons.append(f"worker CPU saturated ({', '.join(f'{w}: {c:.0%}' for w, c in busy.items())})")
-    if counts["ok"] == 0 and counts["rows"]:
-        reasons.append("no request succeeded")
     return reasons
 
 
@@ -127,10 +125,15 @@ def verdict(cfg: LoadConfig, live: LiveStats, counts: dict[str, int], reasons: l
     )
     if reasons:
         return EXIT_INVALID
-    # Failed measured requests exit 5 unless --max-error-rate says how many may fail (then 4).
-    failed = live.measured_failures() if cfg.max_error_rate is None else ""
+    # Failed measured requests exit 5 unless --max-error-rate says how many may fail (then 4); a
+    # run in which none succeeded is a failed target whatever --max-error-rate allows.
+    none_ok = live.measured > 0 and live.measured_ok == 0
+    failed = live.measured_failures() if cfg.max_error_rate is None or none_ok else ""
     if failed:
-        print(f"netgain load: REQUESTS FAILED: {gone or failed}", flush=True)
+        print(
+            f"netgain load: REQUESTS FAILED: {gone or failed}" + ("; none succeeded" if none_ok else ""),
+            flush=True,
+        )
         return EXIT_FAILED
     # Exact, as the report's slo_held on the same rows.
     slo_fail = live.slo_failures(cfg.max_error_rate)

@@ -18,7 +18,7 @@ def add_parser(sub: Any) -> None:
         help="replay a trace or an arrival model against servers; write a run directory",
         description="Open-loop load on Locust: one seeded schedule, sharded over N workers, latency measured "
         "from each request's intended send time. Exit 0 ok, 2 usage error, 3 invalid run, 4 SLO failed, "
-        "5 requests failed (the target went away or refused them).",
+        "5 requests failed (the target went away or refused them, or none succeeded).",
     )
     flag(p, "--target", default=None, help="HOST:PORT[,HOST:PORT...] of netgain servers (round-robin)")
     flag(p, "--trace", default=None, help="recorded trace (CSV, JSONL or Parquet; see docs/traces.md)")
@@ -103,7 +103,8 @@ def add_parser(sub: Any) -> None:
         "--max-error-rate",
         type=float,
         default=None,
-        help="exit 4 when the error ratio is above this (without it, any failed request exits 5)",
+        help="exit 4 when the error ratio is above this (without it, any failed request exits 5; a run "
+        "in which none succeeded exits 5 either way)",
     )
     flag(p, "--price-per-hour", type=float, default=None, help="server price, recorded for the report")
     flag(

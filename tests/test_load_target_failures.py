@@ -1,0 +1,55 @@
+"""`netgain load` against a target that fails: every request failing exits 5 (the target failed,
+not an invalid measurement), a failed probe leaves no run behind (the same --out works again without
+--force), and an Open Inference Protocol model the ready server does not know fails at once.
+
+Real `netgain serve` and `netgain load` processes on 127.0.0.1, port 0, every wait bounded."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import HOST, read_meta, read_rows, run_netgain
+
+pytestmark = pytest.mark.slow
+
+QUICK = ("--arrival", "constant", "--warmup-s", "0", "--duration", "1", "--max-send-lag-ms", "200", "--quiet")
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on: bound (port 0), read, closed."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _last_line(text: str) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    assert lines, text
+    return lines[-1]
+
+
+def test_every_request_failing_exits_5_and_the_run_stays_valid(start_server: Any, tmp_path: Path) -> None:
+    """Each request outlives its deadline in the server: every row is DEADLINE_EXCEEDED, `netgain load`
+    exits 5 with REQUESTS FAILED (not 3, INVALID), and --max-error-rate 1 does not make it exit 0."""
+    server = start_server(
+        "--model", "conftest:SlowHandler", "--handler-option", "forward_ms=300", "--max-batch-size", "1",
+        "--workers", "0",
+    )  # fmt: skip
+    for extra in ((), ("--max-error-rate", "1")):
+        out = tmp_path / f"run{len(extra)}"
+        load = run_netgain(
+            "load", "--target", server.target, "--rate", "8", "--timeout-s", "0.05", "--out", str(out),
+            *QUICK, *extra, timeout=90,
+        )  # fmt: skip
+        assert load.returncode == 5, load.stderr + load.stdout
+        rows, meta = read_rows(out), read_meta(out)
+        n = len(rows["status"])
+        assert n == meta["trace"]["requests"] > 0 and set(rows["status"].tolist()) == {"DEADLINE_EXCEEDED"}
+        assert meta["counts"]["ok"] == 0 and meta["counts"]["errors"] == n
+        assert meta["validity"] == {"valid": True, "reasons": []}
+        last = _last_line(load.stdout)
+        assert last.startswith("netgain load: REQUESTS FAILED: ") and last.endswith("; none succeeded"), last
+        assert f"{n} DEADLINE_EXCEEDED" in last
