@@ -185,6 +185,13 @@ def test_compare_two_cpu_setups_end_to_end_and_resume(tmp_path: Path) -> None:
         word = "NO" if outcome == "no_net_gain" else "INCONCLUSIVE"
         assert f"{mode.upper()}: net gain {word}" in res.stdout
     assert "CROSSOVER: " in res.stdout and "(treatment cpu vs baseline cpu)" in res.stdout
+    # What to change next: each side's limiting resource in its sweep, with the action it calls for.
+    limits = json.loads((out / "compare-warm" / "report.json").read_text())["compare"]["limits"]
+    assert [lim["side"] for lim in limits] == ["baseline", "treatment"]
+    for lim in limits:
+        assert lim["rate"] in (20.0, 40.0) and lim["kinds"][0]["action"]
+        head = f"NEXT {lim['side']} (cpu): "
+        assert any(ln.startswith(head) and lim["kinds"][0]["kind"] in ln for ln in res.stdout.splitlines())
     assert "Cost per 1k at the SLO vs request rate" in (out / "compare-warm" / "report.html").read_text()
     # Re-running resumes: every run is reused, nothing is sent again.
     again = netgain(*args)

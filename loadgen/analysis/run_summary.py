@@ -272,7 +272,7 @@ def _cost(
     elif slo is None:
         note = "no SLO given: cost is at the measured throughput, latency objective unchecked"
     elif not slo_held:
-        note = f"p99 {p99} ms misses the SLO {slo} ms: no cost at SLO for this run"
+        note = f"p99 {p99:.1f} ms misses the SLO {slo:g} ms: no cost at SLO for this run"
         steady = None
     cold = cost.cold_start_s(meta)
     rate = cost.arrival_rate(rows.req.scheduled_s, 1.0, rows.t1)
@@ -285,7 +285,7 @@ def _cost(
     if not cap:
         capacity_note = (
             "capacity at the SLO unknown: "
-            + ("this run is INVALID" if not valid else f"this run missed the SLO (p99 {p99} ms > {slo} ms)")
+            + ("this run is INVALID" if not valid else f"this run missed the SLO (p99 {p99:.1f} ms > {slo:g} ms)")
             + "; pass --sweep (runs at lower rates) or --capacity-rps"
             if thr > 0
             else "capacity unknown: no request completed inside the window"

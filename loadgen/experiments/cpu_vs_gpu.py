@@ -297,6 +297,7 @@ def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dic
         if cross is None:  # from the rate sweeps (warm runs): the same for both reports
             cross = crossover_of(cfg, sides, rep)
         rep["crossover"] = cross
+        rep["compare"]["limits"] = limits_of(cfg, sides)
         dest = os.path.join(cfg.out, f"compare-{label}")
         os.makedirs(dest, exist_ok=True)
         write_outputs(rep, dest)
@@ -324,3 +325,50 @@ def crossover_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]], rep: dict
             "runs_meeting_slo": sweep.get("runs_meeting_slo", 0),
         }
     return crossover(cfg.rates, per_side, slo_p99_ms=cfg.slo_p99_ms)
+
+
+def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per side, what limited it in the rate sweep: the bottleneck of the first rate past the SLO
+    (where the limiting resource shows), or of the highest rate when every rate held."""
+    from netgain.loadgen.analysis import build_report
+
+    out: list[dict[str, Any]] = []
+    for name in ("baseline", "treatment"):
+        side = cfg.baseline if name == "baseline" else cfg.treatment
+        runs = [(r, d) for r, d in zip(cfg.rates, sides[name]["sweep"], strict=True) if _done(d)]
+        if not runs:
+            continue
+        missed = [(r, d) for r, d in runs if not _meets(cfg, d)]
+        rate, run_dir = missed[0] if missed else runs[-1]
+        bn = build_report(run_dir, slo_p99_ms=cfg.slo_p99_ms, bootstrap=0)["bottleneck"]
+        out.append(
+            {
+                "side": name,
+                "device": side.device,
+                "rate": rate,
+                "run": run_dir,
+                "held_every_rate": not missed,
+                "kinds": [{"kind": k["kind"], "action": k["action"]} for k in bn.get("kinds", [])]
+                or [{"kind": bn["kind"], "action": bn["action"]}],
+            }
+        )
+    return out
+
+
+def _meets(cfg: CompareConfig, run_dir: str) -> bool:
+    p99, valid = _summary(run_dir)
+    return valid and p99 <= cfg.slo_p99_ms
+
+
+def limit_lines(limits: list[dict[str, Any]]) -> list[str]:
+    """``NEXT`` lines: each side's limiting resource in the sweep and the change it calls for."""
+    lines = []
+    for lim in limits:
+        where = (
+            f"held the SLO at every rate tried; at the highest, {lim['rate']:g} req/s"
+            if lim["held_every_rate"]
+            else f"first missed the SLO at {lim['rate']:g} req/s"
+        )
+        for k in lim["kinds"]:
+            lines.append(f"NEXT {lim['side']} ({lim['device']}): {where}, {k['kind']}: {k['action']}")
+    return lines

@@ -241,6 +241,10 @@ def print_compare(reports: dict[str, Any], rows: list[list[Any]], out: str) -> N
         from netgain.loadgen.analysis.crossover import line
 
         print(line(cross))
+    from netgain.loadgen.experiments.cpu_vs_gpu import limit_lines
+
+    for text in limit_lines(reports["warm"].get("compare", {}).get("limits", [])):
+        print(text)
     print()
     head = [
         "side",
