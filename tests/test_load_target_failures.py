@@ -53,3 +53,26 @@ def test_every_request_failing_exits_5_and_the_run_stays_valid(start_server: Any
         last = _last_line(load.stdout)
         assert last.startswith("netgain load: REQUESTS FAILED: ") and last.endswith("; none succeeded"), last
         assert f"{n} DEADLINE_EXCEEDED" in last
+
+
+def test_a_failed_probe_leaves_no_run_so_the_same_out_runs_again(start_server: Any, tmp_path: Path) -> None:
+    """Nothing listens on the port: the probe fails (exit 2) and writes no run files, so the same
+    --out then takes a real run without --force; a directory holding that run is still refused."""
+    out = tmp_path / "run"
+    refused = run_netgain(
+        "load", "--target", f"{HOST}:{_closed_port()}", "--out", str(out), *QUICK, timeout=60
+    )
+    assert refused.returncode == 2, refused.stderr + refused.stdout
+    assert "refused the connection" in _last_line(refused.stderr)
+    left = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    assert left == [], left
+    server = start_server("--model", "null", "--workers", "0")
+    again = run_netgain(
+        "load", "--target", server.target, "--rate", "10", "--out", str(out), *QUICK, timeout=90
+    )
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert set(read_rows(out)["status"].tolist()) == {"OK"} and read_meta(out)["counts"]["ok"] > 0
+    third = run_netgain(
+        "load", "--target", server.target, "--rate", "10", "--out", str(out), *QUICK, timeout=60
+    )
+    assert third.returncode == 2 and "already holds a run" in _last_line(third.stderr), third.stderr

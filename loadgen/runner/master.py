@@ -36,6 +36,8 @@ __all__ = ["EXIT_INVALID", "EXIT_OK", "EXIT_SLO", "LoadConfig", "Master", "build
 
 
 class Master:
+    sink: RecordSink  # opened once the probe has passed: a failed probe leaves no run behind
+
     def __init__(self, cfg: LoadConfig, schedule: StreamedSchedule) -> None:
         self.cfg = cfg
         self.schedule = schedule
@@ -57,9 +59,6 @@ class Master:
             slo_p99_ms=cfg.slo_p99_ms,
             max_send_lag_ms=cfg.max_send_lag_ms,
         )
-        os.makedirs(cfg.out, exist_ok=True)
-        # Which requests have rows is the dealer's to know, over the window it deals.
-        self.sink = RecordSink(os.path.join(cfg.out, files.REQUESTS), None)
         self.dealer = Dealer(schedule, self.workers.total)
         self.samples = Samples(os.path.join(cfg.out, files.SAMPLES))
 
@@ -102,6 +101,9 @@ class Master:
             )
             for t in probed
         ]
+        os.makedirs(cfg.out, exist_ok=True)
+        # Which requests have rows is the dealer's to know, over the window it deals.
+        self.sink = RecordSink(os.path.join(cfg.out, files.REQUESTS), None)
         model = cfg.model or infos[0].handler or infos[0].model
         env = Environment(user_classes=[], events=None)
         self.env = env
