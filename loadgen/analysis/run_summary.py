@@ -285,7 +285,11 @@ def _cost(
     if not cap:
         capacity_note = (
             "capacity at the SLO unknown: "
-            + ("this run is INVALID" if not valid else f"this run missed the SLO (p99 {p99:.1f} ms > {slo:g} ms)")
+            + (
+                "this run is INVALID"
+                if not valid
+                else f"this run missed the SLO (p99 {p99:.1f} ms > {slo:g} ms)"
+            )
             + "; pass --sweep (runs at lower rates) or --capacity-rps"
             if thr > 0
             else "capacity unknown: no request completed inside the window"

@@ -48,6 +48,7 @@ class CompareConfig:
     handler_options: list[str] = field(default_factory=list)
     seed: int = 0
     placement: Placement | None = None  # None: servers and load generator where compare runs
+    connections: int = 1  # per load worker; several let the kernel spread them over frontends
 
     @property
     def server_cpus(self) -> list[int] | None:
@@ -103,6 +104,8 @@ def _load(cfg: CompareConfig, side: Side, target: str, out: str, *, warmup_s: fl
         str(warmup_s),
         "--workers",
         str(cfg.workers),
+        "--connections",
+        str(cfg.connections),
         "--seed",
         str(cfg.seed),
         "--out",
@@ -210,6 +213,8 @@ def run_side(cfg: CompareConfig, side: Side, progress: Progress) -> dict[str, An
                     str(min(cfg.warmup_s, 2.0)),
                     "--workers",
                     str(cfg.workers),
+                    "--connections",
+                    str(cfg.connections),
                     "--seed",
                     str(cfg.seed),
                     "--out",

@@ -114,7 +114,22 @@ def add_parser(sub: Any) -> None:
         "highest quarter, else every core, shared with the load generator (said in the output)",
     )
     flag(c, "--load-cpus", default="auto", help="cores the load generator runs on; auto: the cores left")
-    flag(c, "--workers", type=int, default=1, help="load-generator workers per run")
+    flag(
+        c,
+        "--workers",
+        type=int,
+        default=0,
+        help="load-generator workers per run; 0: one per load-generator core when those are the "
+        "server's own (8 usable cores or more for auto), else 1",
+    )
+    flag(
+        c,
+        "--connections",
+        type=int,
+        default=16,
+        help="connections per load worker: a server's frontend processes share its port, and the "
+        "kernel spreads connections over them, not requests",
+    )
     flag(c, "--seed", type=int, default=0, help="seed of traffic, payloads and weights")
     flag(c, "--out", default="runs/compare", help="output directory (re-run to resume)")
     c.set_defaults(func=run_compare)
@@ -193,7 +208,8 @@ def run_compare(args: argparse.Namespace) -> int:
         rates=rates,
         sweep_duration_s=args.sweep_duration or max(5.0, args.duration / 2),
         slo_p99_ms=args.slo_p99_ms,
-        workers=args.workers,
+        workers=args.workers or (len(placement.load) if placement.separate else 1),
+        connections=args.connections,
         out=args.out,
         handler_options=list(args.handler_option),
         seed=args.seed,
@@ -215,7 +231,14 @@ def run_compare(args: argparse.Namespace) -> int:
         ),
     )
     os.makedirs(cfg.out, exist_ok=True)
-    print(f"netgain compare: {placement.describe()}", file=sys.stderr, flush=True)
+    if args.workers < 0 or args.connections < 1:
+        raise CliError("--workers must be >= 0 and --connections >= 1")
+    print(
+        f"netgain compare: {placement.describe()}; load generator {cfg.workers} worker(s) x "
+        f"{cfg.connections} connection(s)",
+        file=sys.stderr,
+        flush=True,
+    )
     per_side = len(batch_sizes) * (2 + len([k for k in cfg.items if k != 1])) + len(rates)
     progress = Progress(2 * per_side)
     sides = {
