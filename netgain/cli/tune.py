@@ -45,7 +45,14 @@ def add_parser(sub: Any) -> None:
     flag(t, "--bisect-steps", type=int, default=3, help="runs between the last hold and the first miss")
     flag(t, "--duration", type=float, default=10.0, help="measured seconds per run")
     flag(t, "--warmup-s", type=float, default=2.0, help="warm-up seconds per run")
-    flag(t, "--load-workers", type=int, default=1, help="load-generator workers per run")
+    flag(
+        t,
+        "--load-workers",
+        type=int,
+        default=0,
+        help="load-generator workers per run; 0: one per load-generator core when those are the "
+        "server's own (8 usable cores or more for auto), else 1",
+    )
     flag(t, "--connections", type=int, default=16, help="connections per load worker")
     flag(
         t,
@@ -98,7 +105,7 @@ def run_tune(args: argparse.Namespace) -> int:
         bisect_steps=args.bisect_steps,
         duration_s=args.duration,
         warmup_s=args.warmup_s,
-        load_workers=args.load_workers,
+        load_workers=args.load_workers or (len(placement.load) if placement.separate else 1),
         connections=args.connections,
         seed=args.seed,
         placement=placement,
@@ -107,7 +114,8 @@ def run_tune(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(f"netgain tune: {line}", file=sys.stderr, flush=True)
 
-    say(placement.describe())
+    load = f"load generator {cfg.load_workers} worker(s) x {cfg.connections} connection(s)"
+    say(f"{placement.describe()}; {load}")
     results = tune.tune(cfg, say)
     text = tune.table(results)
     with open(os.path.join(args.out, "tune.md"), "w") as fh:
