@@ -69,6 +69,34 @@ def probe_target(
             time.sleep(0.2)
 
 
+def _rpc_error(exc: grpc.RpcError) -> str:
+    """``CODE: details`` on one line (a server's message may hold newlines)."""
+    return f"{exc.code().name}: {' '.join(str(exc.details()).split())}"
+
+
+def _oip_model_state(stub: Any, model_name: str) -> tuple[bool, str]:
+    """For a model whose ModelReady is not true: (unknown, what the server says). Unknown when the
+    server is ready and answers ModelMetadata for the model NOT_FOUND, or with a message saying
+    "not found" (Triton: "Request for unknown model: 'x' is not found"); otherwise the server or
+    the model is still loading, or the server cannot be asked ("" then: the caller's reason stands)."""
+    from netgain.protos import oip_pb2 as oip
+
+    try:
+        if not stub.ServerReady(oip.ServerReadyRequest(), timeout=3.0).ready:
+            return False, "the server is not ready"
+    except grpc.RpcError:
+        return False, ""
+    try:
+        stub.ModelMetadata(oip.ModelMetadataRequest(name=model_name), timeout=5.0)
+    except grpc.RpcError as exc:
+        # Triton says "Request for unknown model" also while a model loads ("... is not at ready
+        # state", UNAVAILABLE): only NOT_FOUND, or "not found", means the server lacks it.
+        if exc.code() == grpc.StatusCode.NOT_FOUND or "not found" in str(exc.details()).lower():
+            return True, _rpc_error(exc)
+        return False, f"the server is ready, the model is not: {_rpc_error(exc)}"
+    return False, f"the server is ready, model {model_name!r} is loading"
+
+
 def probe_oip_target(
     target: str,
     model_name: str,
@@ -78,7 +106,8 @@ def probe_oip_target(
     say: Callable[[str], None] | None = None,
 ) -> Any:
     """An Open Inference Protocol server (Triton, KServe, MLServer, `netgain serve`): waits for
-    ``ModelReady(model_name)`` and reads ``ModelMetadata``. Returns a ServerInfoResponse as
+    ``ModelReady(model_name)`` while the server or the model is loading, fails at once when the
+    server is ready and does not know the model, and reads ``ModelMetadata``. Returns a ServerInfoResponse as
     ``probe_target`` does, for the rest of the run: ``handler`` is ``payload_model`` (the payloads
     to make), ``handler_options`` carry the model's input tensor (``oip.*`` keys, read by
     ``PayloadFactory``), and no metrics port (such a server's metrics are not netgain's)."""
@@ -98,7 +127,14 @@ def probe_oip_target(
                     break
                 last = f"model {model_name!r} is not ready"
             except grpc.RpcError as exc:
-                last = f"{exc.code().name}: {exc.details()}"
+                last = _rpc_error(exc)
+            unknown, state = _oip_model_state(stub, model_name)
+            if unknown:  # a ready server that does not know the model: waiting will not mend it
+                raise NetgainError(
+                    f"target {target} has no ready Open Inference Protocol model {model_name!r}: the "
+                    f"server is ready and does not know it ({state}); --oip-model names it"
+                )
+            last = state or last
             if time.monotonic() >= deadline:
                 raise NetgainError(
                     f"target {target} has no ready Open Inference Protocol model {model_name!r} ({last}); "
