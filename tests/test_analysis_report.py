@@ -122,6 +122,18 @@ def test_slo_missed_means_no_cost_at_slo(inflated: Path) -> None:
     assert r["cost"]["autoscale"] is None and "missed the SLO" in r["cost"]["capacity_note"]
 
 
+def test_no_success_with_a_price_and_an_slo_is_reported(tmp_path: Path) -> None:
+    """Every request failed: no p99, so the SLO is not held and there is no cost at it; the note
+    says why instead of formatting a missing p99."""
+    every = dict.fromkeys(range(100), "INTERNAL")  # make_run writes rate x duration_s rows
+    run = make_run(tmp_path / "failed", rate=50.0, duration_s=2.0, warmup_s=0.5, statuses=every)
+    r = build_report(run, price_per_hour=1.8, slo_p99_ms=50.0, bootstrap=0)
+    assert r["latency_ms"]["p99"] is None and r["cost_per_1k"] is None and r["cost"]["slo_held"] is None
+    assert r["cost"]["note"] == (
+        "no measured request succeeded: no p99 to hold the SLO 50 ms: no cost at SLO for this run"
+    )
+
+
 def test_prices_and_slo_default_from_meta(tmp_path: Path) -> None:
     run = make_run(
         tmp_path / "m",

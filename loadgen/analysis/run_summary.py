@@ -250,6 +250,13 @@ def _slo_held(
     return held
 
 
+def _missed(p99: float | None, slo: float) -> str:
+    """How the run missed the SLO: its p99 above it, or no p99 at all (no success to measure)."""
+    if p99 is None:
+        return f"no measured request succeeded: no p99 to hold the SLO {slo:g} ms"
+    return f"p99 {p99:.1f} ms misses the SLO {slo:g} ms"
+
+
 def _cost(
     meta: dict[str, Any],
     rows: _Rows,
@@ -272,7 +279,7 @@ def _cost(
     elif slo is None:
         note = "no SLO given: cost is at the measured throughput, latency objective unchecked"
     elif not slo_held:
-        note = f"p99 {p99:.1f} ms misses the SLO {slo:g} ms: no cost at SLO for this run"
+        note = f"{_missed(p99, slo)}: no cost at SLO for this run"
         steady = None
     cold = cost.cold_start_s(meta)
     rate = cost.arrival_rate(rows.req.scheduled_s, 1.0, rows.t1)
