@@ -223,6 +223,59 @@ def test_load_protocol_oip(start_server: Any, tmp_path: Any, instrumented: bool)
     assert no_model.returncode == 2 and "--oip-model" in no_model.stderr
 
 
+NETGAIN_SERVE_FLAGS = ("--max-queue-delay-ms", "--max-batch-size", "--workers", "--pre-threads", "--intra-op")
+
+
+@pytest.mark.slow
+def test_report_without_trailers_makes_no_server_claims(start_server: Any, tmp_path: Any) -> None:
+    """A real `netgain load --protocol oip` against a server that sends no trailers (netgain serve
+    --no-instrumentation, as Triton): the report gives no netgain serve advice, does not claim the
+    server's layout, names no client-side phase as the tail's, and says which attributions it
+    cannot make; with every request failing too (each past its deadline), the warnings stay."""
+    import json
+
+    from conftest import run_netgain
+
+    server = start_server(
+        "--model", "conftest:SlowHandler", "--handler-option", "forward_ms=100", "--max-batch-size", "1",
+        "--workers", "0", "--no-instrumentation",
+    )  # fmt: skip
+    flags = (
+        "--target", server.target, "--protocol", "oip", "--oip-model", "slow", "--model", "null",
+        "--rate", "4", "--arrival", "constant", "--duration", "2", "--warmup-s", "0.5",
+        "--max-send-lag-ms", "200", "--quiet",
+    )  # fmt: skip
+    for timeout_s, ok in (("10", True), ("0.02", False)):
+        out = tmp_path / f"run-{ok}"
+        load = run_netgain("load", *flags, "--timeout-s", timeout_s, "--out", str(out), timeout=90)
+        assert load.returncode == (0 if ok else 5), load.stderr + load.stdout
+        report = run_netgain("report", str(out), "--bootstrap", "0", timeout=90)
+        assert report.returncode == 0, report.stderr + report.stdout
+        r = json.loads((out / "report.json").read_text())
+        failed = r["statuses"].get("DEADLINE_EXCEEDED", 0)
+        assert (r["counts"]["ok"] > 0) == ok and failed == (0 if ok else r["counts"]["measured"]), r[
+            "statuses"
+        ]
+        text = report.stdout + (out / "report.md").read_text()
+        assert not [f for f in NETGAIN_SERVE_FLAGS if f in text], text
+        assert "one process" not in text and "server: configuration unknown" in report.stdout
+        assert r["server_config"] is None
+        tail_line = next(ln for ln in report.stdout.splitlines() if ln.startswith("  tail (>= p99):"))
+        assert r["tail"]["dominant"] is None and "send_lag" not in tail_line, tail_line
+        bott = r["bottleneck"]
+        assert bott["kind"] == "unknown" and [k["kind"] for k in bott["kinds"]] == ["unknown"], bott
+        gaps = r["attribution_gaps"]
+        which = "successful requests" if ok else "answered requests (none succeeded)"
+        assert any(
+            g.startswith("no server-timing trailer on ") and which in g and "queue, pre, h2d" in g
+            for g in gaps
+        ), gaps
+        assert any(g.startswith("batch sizes are unknown without the trailer") for g in gaps), gaps
+        assert any("server CPU" in g and "server's bottleneck kind cannot be named" in g for g in gaps), gaps
+        for gap in gaps:
+            assert f"warning: {gap}" in report.stdout
+
+
 def test_attribution_gaps() -> None:
     from netgain.loadgen.analysis.coverage import attribution_gaps
 
@@ -233,3 +286,8 @@ def test_attribution_gaps() -> None:
     meta = {"config": {"protocol": "oip"}, "server": {"versions": {"platform": "tensorrt_plan"}}}
     lines = attribution_gaps(np.array([nan, nan]), meta)
     assert "platform tensorrt_plan" in lines[0] and "bottleneck kind cannot be named" in lines[-1]
+    # none succeeded: said from the answered requests, which carried no trailer either
+    lines = attribution_gaps(np.array([]), meta, np.array([nan, nan, nan]))
+    assert len(lines) == 3 and "on any of the 3 answered requests (none succeeded)" in lines[0]
+    assert attribution_gaps(np.array([]), meta) == lines[-1:]  # nothing answered: the OIP line stays
+    assert attribution_gaps(np.array([]), {"config": {"protocol": "netgain"}}, np.array([1.0, nan])) == []

@@ -14,6 +14,8 @@ Server rules (thresholds are module constants, documented in docs/report.md), fi
 5. A backlog with none of the above is never ``unsaturated``: the kind is the stage the queue
    waits for (the device when it is at least half busy, else upstream of it).
 6. ``unsaturated`` otherwise.
+Without the target's netgain telemetry (``--protocol oip``: no ServerInfo, no netgain /metrics) the
+server is not judged: its kind is ``unknown``, named only when the load generator's is not.
 Backlog: the queue-depth (or in-flight) fit rises by >= QUEUE_RISE requests over the window, or
 the mean queue depth is >= half the server's max_queue_size.
 
@@ -66,6 +68,8 @@ ACTIONS = {
     "cap-drops": "raise netgain load --max-in-flight (the latency times the rate exceeds it)",
     "unsaturated": "latency is fixed cost: nothing to scale; shorter --max-queue-delay-ms or a faster "
     "device per request lowers it",
+    "unknown": "none from this run: the server's resources were not measured; read its own metrics "
+    "(queue and compute time, device and CPU utilisation)",
 }
 
 
@@ -333,16 +337,26 @@ def classify(
     send_lag_p99_ms: float | None,
     max_send_lag_ms: float,
     dropped: int,
+    server_known: bool = True,
 ) -> dict[str, Any]:
     """The bottleneck: ``kind`` (the first of ``kinds``), its ``evidence`` and ``action``; every kind
-    that applies in ``kinds``, each with its own evidence lines and next action."""
+    that applies in ``kinds``, each with its own evidence lines and next action. ``server_known``
+    False (a target without netgain telemetry): the server is not judged, its kind is ``unknown``
+    unless the load generator's own kind applies."""
     gen_ev: list[str] = []
     worker = cpu.get("worker_max")
     lag_bad = send_lag_p99_ms is not None and send_lag_p99_ms > max_send_lag_ms
     worker_bad = worker is not None and worker >= WORKER_CPU_SATURATED
     gen_ev.append(f"send lag p99 {_fmt(send_lag_p99_ms)} ms vs limit {max_send_lag_ms:g} ms")
     gen_ev.append(f"load worker CPU max {_fmt(worker)} core (saturated at {WORKER_CPU_SATURATED})")
-    server, srv_ev = _server(gpu, cpu, queue, device)
+    if server_known:
+        server, srv_ev = _server(gpu, cpu, queue, device)
+    else:
+        server = {"kind": "unknown", "resource": "server", "action": ACTIONS["unknown"], "measured": False}
+        srv_ev = [
+            "server: no netgain ServerInfo or /metrics from this target (an Open Inference Protocol run), "
+            "so its queue, device and CPU are not measured and its kind is not judged"
+        ]
     behind = lag_bad or worker_bad
     drops = None
     if dropped > 0:
@@ -371,11 +385,14 @@ def classify(
                 else "the generator could not keep up"
                 if behind
                 else "the in-flight cap was too low for this latency (no server resource is saturated)"
+                if server_known
+                else "the in-flight cap was reached (whether the target was saturated is unknown)"
             ),
         )
     else:
         gen_ev.insert(1, "dropped requests 0")
-    server_saturated = server["kind"] != "unsaturated"
+    # An unknown server is named only when nothing else is: it is no kind that applies.
+    server_saturated = server["kind"] not in ("unsaturated", "unknown")
     kinds: list[dict[str, Any]] = []
     if behind or drops == "generator":
         action = ACTIONS["loadgen"] if behind else ACTIONS["cap-drops"]

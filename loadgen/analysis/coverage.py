@@ -13,22 +13,38 @@ from typing import Any
 import numpy as np
 
 
-def attribution_gaps(server_total_ok: np.ndarray, meta: dict[str, Any]) -> list[str]:
+def server_measured(meta: dict[str, Any]) -> bool:
+    """Whether the run read the target's netgain ServerInfo and scraped its netgain /metrics: not
+    for an Open Inference Protocol run (``--protocol oip``), whose server's configuration, device,
+    queue and CPU are then unknown to the report."""
+    return (meta.get("config") or {}).get("protocol") != "oip"
+
+
+def attribution_gaps(
+    server_total_ok: np.ndarray, meta: dict[str, Any], server_total_answered: np.ndarray | None = None
+) -> list[str]:
     """One line per attribution the run cannot support ([] when every successful request carried
     the trailer). ``server_total_ok``: the trailer's total per successful measured request, NaN
-    where it was missing."""
+    where it was missing; ``server_total_answered``: the same for every answered measured request,
+    whatever its status (read when none succeeded)."""
     n = len(server_total_ok)
     missing = int(np.isnan(server_total_ok).sum()) if n else 0
+    answered = np.empty(0) if server_total_answered is None else server_total_answered
+    # No success: the gap stays said when no answered request carried the trailer either.
+    untimed = n == 0 and len(answered) > 0 and bool(np.isnan(answered).all())
     cfg = meta.get("config") or {}
-    oip = cfg.get("protocol") == "oip"
-    if n == 0 or (missing == 0 and not oip):
-        return []
+    oip = not server_measured(meta)
     platform = ((meta.get("server") or {}).get("versions") or {}).get("platform")
     who = f"{cfg.get('protocol') or 'netgain'} target" + (f" (platform {platform})" if platform else "")
     lines: list[str] = []
-    if missing:
+    if missing or untimed:
+        which = (
+            f"on {missing} of {n} successful requests"
+            if n
+            else f"on any of the {len(answered)} answered requests (none succeeded)"
+        )
         lines += [
-            f"no server-timing trailer on {missing} of {n} successful requests from the {who}: for them "
+            f"no server-timing trailer {which} from the {who}: for them "
             "the report cannot split server time into queue, pre, h2d, kernel, d2h and post, nor separate "
             "network from server time (the tail's dominant phase and the phase table cover only "
             "requests that carried the trailer)",
@@ -37,8 +53,9 @@ def attribution_gaps(server_total_ok: np.ndarray, meta: dict[str, Any]) -> list[
         ]
     if oip:
         lines.append(
-            "an Open Inference Protocol run reads no ServerInfo and scrapes no netgain /metrics: device, "
-            "cold start, GPU and per-thread CPU utilisation are unknown, so the bottleneck kind cannot "
-            "be named (measure the server with its own metrics; against netgain serve, --protocol netgain)"
+            "an Open Inference Protocol run reads no ServerInfo and scrapes no netgain /metrics: the "
+            "server's configuration (processes, batching), device, cold start, GPU and server CPU "
+            "utilisation are unknown, so the server's bottleneck kind cannot be named (measure the "
+            "server with its own metrics; against netgain serve, --protocol netgain)"
         )
     return lines

@@ -7,7 +7,7 @@ from html import escape
 from typing import Any
 
 from netgain.loadgen.analysis import svg
-from netgain.loadgen.analysis.render_text import headline, render_markdown
+from netgain.loadgen.analysis.render_text import dominant_words, headline, render_markdown
 from netgain.loadgen.analysis.tail import TAIL_PHASES
 
 
@@ -35,7 +35,7 @@ def phase_plot(s: dict[str, Any], name: str) -> str:
             "median request": [ph[p]["median_mean_ms"] for p in cats],
             ">= p99 request": [ph[p]["tail_mean_ms"] for p in cats],
         },
-        f"{name}: phase means, median vs tail (dominant {t.get('dominant')})",
+        f"{name}: phase means, median vs tail (dominant {dominant_words(t)})",
         "ms",
     )
 

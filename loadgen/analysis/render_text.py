@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from netgain.loadgen.analysis.tail import CLIENT_PHASES
+
 OUTCOME_WORDS = {"net_gain": "NET GAIN", "no_net_gain": "NO NET GAIN", "inconclusive": "INCONCLUSIVE"}
 
 
@@ -55,7 +57,22 @@ def bottleneck_words(b: dict[str, Any]) -> str:
     return words + (" [per-process rule approximate]" if b.get("approximate") else "")
 
 
-def server_line(c: dict[str, Any]) -> str:
+def dominant_words(t: dict[str, Any]) -> str:
+    """A tail section's dominant phase, said to be client-side when it is the send lag, or why no
+    phase is named when the rows carried no server-timing trailer."""
+    dom = t.get("dominant")
+    if dom in CLIENT_PHASES:
+        return f"{dom} (client-side: the load generator's delay before sending, not server time)"
+    if dom:
+        return str(dom)
+    if t.get("n") and t.get("phases"):
+        return "unknown (no server-timing trailer: only the client-side send lag is measured)"
+    return "n/a"
+
+
+def server_line(c: dict[str, Any] | None) -> str:
+    if c is None:  # an Open Inference Protocol run: no ServerInfo says how the server is laid out
+        return "  server: configuration unknown (no netgain ServerInfo from this target)"
     procs = f"{c['workers']} frontend processes + 1 device process" if c.get("workers") else "one process"
     return (
         f"  server: {procs}, max batch {num(c.get('max_batch_size'))}, queue delay "
@@ -70,13 +87,13 @@ def run_lines(r: dict[str, Any], label: str = "") -> list[str]:
     auto = cost.get("autoscale") or {}
     tail = r.get("tail") or {}
     p99t = tail.get("p99") or {}
-    dom = tail.get("dominant")
+    dom = p99t.get("dominant")
     dom_x = ((p99t.get("phases") or {}).get(dom) or {}).get("excess_ms") if dom else None
     pre = f"{label}: " if label else ""
     return [
         f"{pre}device {r.get('device')}, model {r.get('model')}, {r['counts']['measured']} measured requests "
         f"over {num(r['window_s']['duration'], 1)} s",
-        server_line(r.get("server_config") or {}),
+        server_line(r.get("server_config")),
         f"  latency ms  p50 {num(lat['p50'])}  p90 {num(lat['p90'])}  p95 {num(lat['p95'])}  "
         f"p99 {num(lat['p99'])} "
         f"{ci((r.get('latency_ci_ms') or {}).get('p99'))}  p99.9 {num(lat['p999'])}  max {num(lat['max'])}",
@@ -84,7 +101,8 @@ def run_lines(r: dict[str, Any], label: str = "") -> list[str]:
         f"(offered {num(r.get('offered_rps'), 2)}/s), "
         f"error rate {num(r.get('error_rate'), 4)}, errors {r['errors'] or 'none'}",
         f"  send lag ms p99 {num(lag['p99'])} max {num(lag['max'])}",
-        f"  tail (>= p99): dominant phase {dom or 'n/a'} (+{num(dom_x)} ms over the median request)",
+        f"  tail (>= p99): dominant phase {dominant_words(p99t)}"
+        + (f" (+{num(dom_x)} ms over the median request)" if dom else ""),
         f"  bottleneck: {bottleneck_words(r['bottleneck'])}",
         f"  cost per 1k: {num(r.get('cost_per_1k'), 6)} (price/h {num(cost.get('price_per_hour'))}, "
         f"SLO p99 {num(cost.get('slo_p99_ms'))} ms held: {num(cost.get('slo_held'))})"
@@ -163,7 +181,7 @@ def run_markdown(r: dict[str, Any], title: str) -> list[str]:
     )
     for key in ("p99", "p999"):
         t = (r.get("tail") or {}).get(key) or {}
-        md += [f"### Tail >= {key} ({t.get('n', 0)} requests): dominant **{t.get('dominant')}**", ""]
+        md += [f"### Tail >= {key} ({t.get('n', 0)} requests): dominant **{dominant_words(t)}**", ""]
         md += _table(
             ["phase", "tail mean", "median mean", "excess", "share"],
             [

@@ -12,7 +12,7 @@ from netgain.contract.phases import PHASES
 from netgain.contract.rundir import SCHEMA_VERSION
 from netgain.loadgen.analysis import bottleneck as bn
 from netgain.loadgen.analysis import cost, stats
-from netgain.loadgen.analysis.coverage import attribution_gaps
+from netgain.loadgen.analysis.coverage import attribution_gaps, server_measured
 from netgain.loadgen.analysis.rundir import (
     AnalysisError,
     Requests,
@@ -216,6 +216,7 @@ def _resources(
         send_lag_p99_ms=send_lag["p99"],
         max_send_lag_ms=max_lag,
         dropped=dropped,
+        server_known=server_measured(meta),
     )
     return {"series": ser, "gpu": gpu, "cpu": cpu, "queue": queue, "device": device, "bottleneck": bott}
 
@@ -404,7 +405,9 @@ def analyze(
         scale_down_after_s=scale_down_after_s,
     )
     drift = _drift(rows, warnings)
-    gaps = attribution_gaps(req.server_total_ms[ok], meta)  # a server without netgain's trailers
+    answered = measured & ~np.isnan(req.latency_ms)
+    # what a target without netgain's trailers or ServerInfo leaves unattributed
+    gaps = attribution_gaps(req.server_total_ms[ok], meta, req.server_total_ms[answered])
     warnings.extend(gaps)
 
     report: dict[str, Any] = {
@@ -413,7 +416,7 @@ def analyze(
         "run_id": meta.get("run_id"),
         "device": res["device"],
         "model": (meta.get("server") or {}).get("model"),
-        "server_config": server_config(meta),
+        "server_config": server_config(meta) if server_measured(meta) else None,
         "latency_ms": latency,
         "latency_ci_ms": latency_ci,
         "enough_samples": enough,

@@ -4,7 +4,8 @@ A request's latency splits exactly into send_lag + network + server phases (+ ``
 the server total not covered by a named phase). For the requests at or above p99 (and
 p99.9) we take each phase's mean, its share of their mean latency, and its *excess* over
 the typical request (mean of the requests between p45 and p55). The phase with the largest
-excess is ``dominant``: it is the one to fix, even when another phase is larger in both.
+excess is ``dominant``: it is the one to fix, even when another phase is larger in both. Without
+the server's trailer no phase but the client-side send lag is known: ``dominant`` is then None.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import numpy as np
 from netgain.contract.phases import PHASES
 
 TAIL_PHASES = (*PHASES, "network", "send_lag", "other")
+# Measured by the client alone: the load generator's delay before sending, not the server's time.
+CLIENT_PHASES = ("send_lag",)
 BAND = (0.45, 0.55)
 
 
@@ -67,6 +70,9 @@ def _attribute(
         }
         if excess is not None and excess > best_excess:
             best, best_excess = p, excess
+    if all(rows[p]["excess_ms"] is None for p in TAIL_PHASES if p not in CLIENT_PHASES):
+        # No server-timing trailer on these rows: the client's own send lag alone is no attribution.
+        best = None
     return {
         "n": n,
         "latency_mean_ms": tail_lat,
