@@ -1,31 +1,53 @@
 #!/usr/bin/env bash
-# The H200 reference result: netgain compare for the image and text models, a cold-start drill
-# and a profile. Run from the repository root on a GPU host (benchmarks/gpu_run.sh reference).
+# The H200 reference result: netgain compare for the image and text models (Poisson and a bursty
+# trace), each GPU bottleneck checked by removing it, a cold-start drill and a profile. Run from
+# the repository root on a GPU host: REF_STEPS="image confirm-image" bash benchmarks/reference.sh
 # Prices assumed (USD/hour, see docs/reference/README.md): CPU baseline, a 16-vCPU
 # general-purpose instance, 0.68; GPU treatment, one H200 GPU with its share of host, 3.50.
 set -u
+if [ -z "${NO_WHEELS:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then  # Locust and grpcio's companions for the host's Python
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
+else
+  export PYTHONPATH=$PWD
+fi
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/netgain-out}
 REF=${REF:-/tmp/reference}
-mkdir -p "$REF"
+DEV=${TREATMENT_DEVICE:-cuda}
+mkdir -p "$REF" "$OUT"
 archive() {  # after each step, so a cut-off run still returns what it finished
-  (cd "$REF" && find . \( -path '*compare-*' -name 'report.*' \) -o -name 'drill.json' -o -name 'profile-summary.*' \
-     | tar czf "$OUT/reference.tgz" -T -)
+  (cd "$REF" && find . \( -name 'report.*' -path '*compare-*' \) -o -name 'drill.json' -o -name 'profile-summary.*' \
+     -o -name '*.txt' -o -name 'trace-*' | tar czf "$OUT/reference.tgz" -T -)
 }
-common=(--cpu-price-per-hour 0.68 --gpu-price-per-hour 3.50 --slo-p99-ms 100 --batch-sizes ${BATCHES:-1,32}
-        --duration ${DURATION:-6} --warmup-s 2 --rate 50 --rates ${RATES:-50,400} --sweep-duration 6 --workers 2)
-for step in ${REF_STEPS:-image text drill profile}; do
+common=(--cpu-price-per-hour 0.68 --gpu-price-per-hour 3.50 --slo-p99-ms 100 --treatment-device "$DEV"
+        --duration ${DURATION:-30} --warmup-s 5 --sweep-duration ${SWEEP:-8})
+image=(--model image --batch-sizes 32 --rates ${IMAGE_RATES:-200,800,2400,4800})
+text=(--model text --handler-option pad=fixed --batch-sizes 64 --rates ${TEXT_RATES:-200,800,4000,8000})
+cmp() {  # name, compare flags...
+  local name=$1; shift
+  python3 -m netgain.cli compare "$@" "${common[@]}" --out "$REF/$name" 2>"$REF/$name.progress.txt" \
+    | tee "$REF/$name.txt" | grep -E '^(WARM|COLD|CROSSOVER|NEXT|  - )|^(baseline|treatment) '
+}
+for step in ${REF_STEPS:-image confirm-image text confirm-text}; do
+  echo "=== $step $(date -u +%T)"
   case $step in
-    image) python3 -m netgain.cli compare --model image "${common[@]}" --out "$REF/image" 2>&1 | tail -n 30 ;;
-    text) python3 -m netgain.cli compare --model text --handler-option pad=fixed "${common[@]}" \
-            --out "$REF/text" 2>&1 | tail -n 30 ;;
-    image-bf16) python3 -m netgain.cli compare --model image --treatment-serve-args "--dtype bfloat16" \
-            "${common[@]}" --out "$REF/image-bf16" 2>&1 | tail -n 30 ;;
-    text-bf16) python3 -m netgain.cli compare --model text --handler-option pad=fixed \
-            --treatment-serve-args "--dtype bfloat16" "${common[@]}" --out "$REF/text-bf16" 2>&1 | tail -n 30 ;;
-    drill) python3 -m netgain.cli drill --model image --device cuda --repeats 2 --out "$REF/drill-image-cuda" \
-            2>&1 | tail -n 12 ;;
-    profile) python3 -m netgain.cli profile --model image --device cuda --rate 100 --duration 10 --batches 10 \
-            --serve-args "--max-batch-size 32" --out "$REF/profile-image-cuda" 2>&1 | tail -n 30 ;;
+    image) cmp image "${image[@]}" --rate 200 ;;
+    text) cmp text "${text[@]}" --rate 200 ;;
+    image-bursty|text-bursty)
+      m=${step%-bursty}
+      python3 -m netgain.cli trace synth --arrival gamma --cv 3 --rate 200 --duration 40 --seed 0 \
+        --out "$REF/trace-gamma-cv3.csv" >/dev/null
+      if [ "$m" = image ]; then cmp "$step" "${image[@]}" --trace "$REF/trace-gamma-cv3.csv"
+      else cmp "$step" "${text[@]}" --trace "$REF/trace-gamma-cv3.csv"; fi ;;
+    confirm-image) python3 benchmarks/bench_confirm.py "$REF/image" --model image --device "$DEV" --batch 32 \
+        2>&1 | tee "$REF/confirm-image.txt" | tail -n 12 ;;
+    confirm-text) python3 benchmarks/bench_confirm.py "$REF/text" --model text --handler-option pad=fixed \
+        --device "$DEV" --batch 64 2>&1 | tee "$REF/confirm-text.txt" | tail -n 12 ;;
+    drill) python3 -m netgain.cli drill --model image --device "$DEV" --repeats 2 --out "$REF/drill-image-cuda" \
+        2>&1 | tail -n 12 ;;
+    profile) python3 -m netgain.cli profile --model image --device "$DEV" --rate 100 --duration 10 --batches 10 \
+        --serve-args "--max-batch-size 32" --out "$REF/profile-image-cuda" 2>&1 | tail -n 30 ;;
     *) echo "unknown step $step" ;;
   esac
   archive
