@@ -6,7 +6,7 @@ model (or takes --lever), then runs the same server configuration with and witho
 the last rate that held, between, and the first that missed, on the same cores as compare's
 sweep. Confirmed when the lever holds the SLO at a rate the configuration without it missed.
 
-    python benchmarks/bench_confirm.py OUT --model image --device cuda --batch 32
+    python benchmarks/bench_confirm.py OUT --model image --device cuda
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def main() -> int:
     ap.add_argument("--model", default="image")
     ap.add_argument("--handler-option", action="append", default=[])
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--batch", type=int, default=0, help="max batch size (default: the one compare swept)")
     ap.add_argument("--lever", default=None, help="serve flags that remove the bottleneck (default: by kind)")
     ap.add_argument("--duration", type=float, default=8.0)
     ap.add_argument("--slo-p99-ms", type=float, default=100.0)
@@ -67,6 +67,7 @@ def main() -> int:
     kind = limit["kinds"][-1]["kind"]  # the server's kind comes after a generator's
     sweep = rep["crossover"]
     rates = [float(r) for r in sweep["rates_rps"]]
+    a.batch = a.batch or int(sweep[a.side]["batch_size"])
     held = []
     for r in rates:
         d = os.path.join(a.out, a.side, "sweep", f"b{a.batch}-r{r:g}")

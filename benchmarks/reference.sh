@@ -40,10 +40,10 @@ for step in ${REF_STEPS:-image confirm-image text confirm-text}; do
         --out "$REF/trace-gamma-cv3.csv" >/dev/null
       if [ "$m" = image ]; then cmp "$step" "${image[@]}" --trace "$REF/trace-gamma-cv3.csv"
       else cmp "$step" "${text[@]}" --trace "$REF/trace-gamma-cv3.csv"; fi ;;
-    confirm-image) python3 benchmarks/bench_confirm.py "$REF/image" --model image --device "$DEV" --batch 32 \
+    confirm-image) python3 benchmarks/bench_confirm.py "$REF/image" --model image --device "$DEV" \
         2>&1 | tee "$REF/confirm-image.txt" | tail -n 12 ;;
     confirm-text) python3 benchmarks/bench_confirm.py "$REF/text" --model text --handler-option pad=fixed \
-        --device "$DEV" --batch 64 2>&1 | tee "$REF/confirm-text.txt" | tail -n 12 ;;
+        --device "$DEV" 2>&1 | tee "$REF/confirm-text.txt" | tail -n 12 ;;
     drill) python3 -m netgain.cli drill --model image --device "$DEV" --repeats 2 --out "$REF/drill-image-cuda" \
         2>&1 | tail -n 12 ;;
     profile) python3 -m netgain.cli profile --model image --device "$DEV" --rate 100 --duration 10 --batches 10 \

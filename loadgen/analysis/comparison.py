@@ -273,7 +273,7 @@ def compare(
     if auto_t.get("slo_violation_s"):
         reasons.append(
             f"treatment under autoscaling misses capacity for {auto_t['slo_violation_s']:g} s "
-            f"during scale-up (cold start {auto_t.get('cold_start_s')} s)"
+            f"during scale-up (cold start {float(auto_t.get('cold_start_s') or 0):.2f} s)"
         )
     if diffs:
         reasons.append("FORCED comparison despite different traffic: " + "; ".join(diffs))
