@@ -222,9 +222,9 @@ def test_model_triton_fails(triton: Triton, tmp_path: Path) -> None:
     assert meta["validity"]["valid"] is True and not meta["validity"]["reasons"]
     assert f"run: ok 0 errors {n} dropped 0" in load.stdout
     last = load.stdout.strip().splitlines()[-1]
-    assert last.startswith("netgain load: REQUESTS FAILED") and last.endswith(
-        f"({n} INTERNAL); none succeeded"
-    ), last
+    assert last.startswith("netgain load: REQUESTS FAILED") and last.endswith("INTERNAL); none succeeded"), (
+        last
+    )
 
 
 def test_model_triton_lacks(triton: Triton, tmp_path: Path) -> None:
