@@ -67,7 +67,8 @@ ACTIONS = {
     "the server's kind says what to change",
     "cap-drops": "raise netgain load --max-in-flight (the latency times the rate exceeds it)",
     "unsaturated": "latency is fixed cost: nothing to scale; shorter --max-queue-delay-ms or a faster "
-    "device per request lowers it",
+    "device per request lowers it, and when the tail is queue (requests waiting for the batch ahead) "
+    "more model instances (--instances) or smaller batches",
     "unknown": "none from this run: the server's resources were not measured; read its own metrics "
     "(queue and compute time, device and CPU utilisation)",
 }
