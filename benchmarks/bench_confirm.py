@@ -98,6 +98,7 @@ def main() -> int:
                 p99 = s["latency_ms"]["p99"]
                 ok = bool(s["valid"]) and p99 is not None and p99 <= a.slo_p99_ms
                 rows.append((label, r, s["throughput_rps"], p99, s["bottleneck"]["kind"], ok, s["valid"]))
+                print(f"  {label} at {r:g} req/s: p99 {p99} ms, {s['bottleneck']['kind']}", file=sys.stderr)
     print("\n| server | offered/s | done/s | p99 ms | bottleneck | SLO held |\n|---|---|---|---|---|---|")
     for label, r, thr, p99, k, ok, valid in rows:
         p = f"{p99:.1f}" if p99 is not None else "-"
