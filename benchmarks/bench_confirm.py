@@ -68,17 +68,13 @@ def main() -> int:
     sweep = rep["crossover"]
     rates = [float(r) for r in sweep["rates_rps"]]
     a.batch = a.batch or int(sweep[a.side]["batch_size"])
-    held = []
-    for r in rates:
-        d = os.path.join(a.out, a.side, "sweep", f"b{a.batch}-r{r:g}")
-        s = build_report(d, slo_p99_ms=a.slo_p99_ms, bootstrap=0)
-        held.append(bool(s["valid"]) and (s["latency_ms"]["p99"] or 1e9) <= a.slo_p99_ms)
+    held = [r in limit["held_rates"] for r in rates]
     lever = a.lever or lever_for(a.model, kind)
     ladder = rates_around(rates, held)
     place = choose_placement()
-    workers = len(place.load) if place.separate else 1
+    workers = place.load_workers()
     print(f"{a.side}: compare named {kind} at {limit['rate']:g} req/s; lever: {lever}; rates {ladder}")
-    print(f"{place.describe()}; load generator {workers} worker(s) x {a.connections} connection(s)")
+    print(place.describe_load(workers, a.connections))
     base = ["--model", a.model, "--device", a.device, "--max-batch-size", str(a.batch)]
     for opt in a.handler_option:
         base += ["--handler-option", opt]

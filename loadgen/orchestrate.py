@@ -52,6 +52,15 @@ class Placement:
     def separate(self) -> bool:
         return not set(self.server) & set(self.load)
 
+    def load_workers(self, requested: int = 0) -> int:
+        """``requested`` load workers, or by default one per load-generator core when those are the
+        load generator's own, else one."""
+        return requested or (len(self.load) if self.separate else 1)
+
+    def describe_load(self, workers: int, connections: int) -> str:
+        """The placement and what the load generator runs there."""
+        return f"{self.describe()}; load generator {workers} worker(s) x {connections} connection(s)"
+
     def describe(self) -> str:
         if self.separate:
             return (

@@ -190,6 +190,8 @@ def test_compare_two_cpu_setups_end_to_end_and_resume(tmp_path: Path) -> None:
     assert [lim["side"] for lim in limits] == ["baseline", "treatment"]
     for lim in limits:
         assert lim["rate"] in (20.0, 40.0) and lim["kinds"][0]["action"]
+        assert set(lim["held_rates"]) <= {20.0, 40.0}
+        assert lim["held_every_rate"] == (len(lim["held_rates"]) == 2)
         head = f"NEXT {lim['side']} (cpu): "
         assert any(ln.startswith(head) and lim["kinds"][0]["kind"] in ln for ln in res.stdout.splitlines())
     assert "Cost per 1k at the SLO vs request rate" in (out / "compare-warm" / "report.html").read_text()

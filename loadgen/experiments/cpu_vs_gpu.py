@@ -93,13 +93,24 @@ def _serve_args(cfg: CompareConfig, side: Side, batch: int, span_log: str) -> li
     return args + side.serve_args
 
 
-def _load(cfg: CompareConfig, side: Side, target: str, out: str, *, warmup_s: float, extra: list[str]) -> int:
+def _load(
+    cfg: CompareConfig,
+    side: Side,
+    target: str,
+    out: str,
+    *,
+    warmup_s: float,
+    extra: list[str],
+    traffic: list[str] | None = None,
+    duration_s: float | None = None,
+) -> int:
+    """One ``netgain load`` run of this compare (``traffic``/``duration_s``: a sweep's own)."""
     args = [
         "--target",
         target,
-        *cfg.traffic,
+        *(cfg.traffic if traffic is None else traffic),
         "--duration",
-        str(cfg.duration_s),
+        str(cfg.duration_s if duration_s is None else duration_s),
         "--warmup-s",
         str(warmup_s),
         "--workers",
@@ -202,30 +213,16 @@ def run_side(cfg: CompareConfig, side: Side, progress: Progress) -> dict[str, An
         sp.wait_ready()
         for rate, run_dir in zip(cfg.rates, sweep, strict=True):
             if not _done(run_dir):
-                traffic = _with_rate(cfg.traffic, rate)
-                args = [
-                    "--target",
+                _load(
+                    cfg,
+                    side,
                     sp.target,
-                    *traffic,
-                    "--duration",
-                    str(cfg.sweep_duration_s),
-                    "--warmup-s",
-                    str(min(cfg.warmup_s, 2.0)),
-                    "--workers",
-                    str(cfg.workers),
-                    "--connections",
-                    str(cfg.connections),
-                    "--seed",
-                    str(cfg.seed),
-                    "--out",
                     run_dir,
-                    "--price-per-hour",
-                    str(side.price_per_hour),
-                    "--slo-p99-ms",
-                    str(cfg.slo_p99_ms),
-                ]
-                if run_load(args, quiet=True, cpus=cfg.load_cpus) not in (0, 3, 4, 5):
-                    raise NetgainError(f"netgain load failed for {run_dir}")
+                    warmup_s=min(cfg.warmup_s, 2.0),
+                    extra=[],
+                    traffic=_with_rate(cfg.traffic, rate),
+                    duration_s=cfg.sweep_duration_s,
+                )
             progress.step(
                 f"{side.name} {side.device} sweep batch {b} at {rate:g} req/s: p99 {_p99(run_dir):.2f} ms"
             )
@@ -343,7 +340,8 @@ def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict
         runs = [(r, d) for r, d in zip(cfg.rates, sides[name]["sweep"], strict=True) if _done(d)]
         if not runs:
             continue
-        missed = [(r, d) for r, d in runs if not _meets(cfg, d)]
+        held = [r for r, d in runs if _meets(cfg, d)]
+        missed = [(r, d) for r, d in runs if r not in held]
         rate, run_dir = missed[0] if missed else runs[-1]
         bn = build_report(run_dir, slo_p99_ms=cfg.slo_p99_ms, bootstrap=0)["bottleneck"]
         out.append(
@@ -353,6 +351,7 @@ def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict
                 "rate": rate,
                 "run": run_dir,
                 "held_every_rate": not missed,
+                "held_rates": held,
                 "kinds": [{"kind": k["kind"], "action": k["action"]} for k in bn.get("kinds", [])]
                 or [{"kind": bn["kind"], "action": bn["action"]}],
             }

@@ -208,7 +208,7 @@ def run_compare(args: argparse.Namespace) -> int:
         rates=rates,
         sweep_duration_s=args.sweep_duration or max(5.0, args.duration / 2),
         slo_p99_ms=args.slo_p99_ms,
-        workers=args.workers or (len(placement.load) if placement.separate else 1),
+        workers=placement.load_workers(args.workers),
         connections=args.connections,
         out=args.out,
         handler_options=list(args.handler_option),
@@ -234,8 +234,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.workers < 0 or args.connections < 1:
         raise CliError("--workers must be >= 0 and --connections >= 1")
     print(
-        f"netgain compare: {placement.describe()}; load generator {cfg.workers} worker(s) x "
-        f"{cfg.connections} connection(s)",
+        f"netgain compare: {placement.describe_load(cfg.workers, cfg.connections)}",
         file=sys.stderr,
         flush=True,
     )

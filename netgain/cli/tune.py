@@ -105,7 +105,7 @@ def run_tune(args: argparse.Namespace) -> int:
         bisect_steps=args.bisect_steps,
         duration_s=args.duration,
         warmup_s=args.warmup_s,
-        load_workers=args.load_workers or (len(placement.load) if placement.separate else 1),
+        load_workers=placement.load_workers(args.load_workers),
         connections=args.connections,
         seed=args.seed,
         placement=placement,
@@ -114,8 +114,7 @@ def run_tune(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(f"netgain tune: {line}", file=sys.stderr, flush=True)
 
-    load = f"load generator {cfg.load_workers} worker(s) x {cfg.connections} connection(s)"
-    say(f"{placement.describe()}; {load}")
+    say(placement.describe_load(cfg.load_workers, cfg.connections))
     results = tune.tune(cfg, say)
     text = tune.table(results)
     with open(os.path.join(args.out, "tune.md"), "w") as fh:
