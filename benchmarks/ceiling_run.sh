@@ -1,14 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU host, from the repository root: bench_ceiling.py for the models named (default image).
-# Locust and grpcio-health-checking/-reflection matching the host's grpcio travel as wheels in .whl/.
 set -u
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
+. benchmarks/host_env.sh
 # Server on cores 0-9, the load generator on the rest (one worker per core, 64 connections each).
 C="--duration 6 --warmup-s 2 --step 0.1 --pre-seconds 3"
 for m in "${@:-image}"; do

@@ -1,14 +1,7 @@
 #!/usr/bin/env bash
 # Run on the GPU host from the repository root: GPU tests, then the server benchmarks.
-# Locust and the grpcio-health-checking/-reflection matching the host's grpcio travel as wheels in .whl/.
 set -u
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
+. benchmarks/host_env.sh
 OUT=${OUT:-/tmp/netgain-out}; mkdir -p "$OUT"
 cd benchmarks
 step() { echo "=== $*"; "$@" 2>&1 | tee -a "$OUT/log.txt" | tail -n 25; }

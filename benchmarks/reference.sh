@@ -5,13 +5,7 @@
 # Prices assumed (USD/hour, see docs/reference/README.md): CPU baseline, a 16-vCPU
 # general-purpose instance, 0.68; GPU treatment, one H200 GPU with its share of host, 3.50.
 set -u
-if [ -z "${NO_WHEELS:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then  # Locust and grpcio's companions for the host's Python
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
-else
-  export PYTHONPATH=$PWD
-fi
-export PYTHONUNBUFFERED=1
+. benchmarks/host_env.sh
 OUT=${OUT:-/tmp/netgain-out}
 REF=${REF:-/tmp/reference}
 DEV=${TREATMENT_DEVICE:-cuda}
