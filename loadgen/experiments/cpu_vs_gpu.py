@@ -281,6 +281,7 @@ def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dic
     base, treat = sides["baseline"], sides["treatment"]
     out: dict[str, Any] = {}
     cross: dict[str, Any] | None = None
+    limits = limits_of(cfg, sides)  # from the rate sweeps: the same for both reports
     for label in ("warm", "cold"):
         rep = build_report(
             treat["batches"][treat["best_batch"]][label],
@@ -299,7 +300,7 @@ def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dic
         if cross is None:  # from the rate sweeps (warm runs): the same for both reports
             cross = crossover_of(cfg, sides, rep)
         rep["crossover"] = cross
-        rep["compare"]["limits"] = limits_of(cfg, sides)
+        rep["compare"]["limits"] = limits
         dest = os.path.join(cfg.out, f"compare-{label}")
         os.makedirs(dest, exist_ok=True)
         write_outputs(rep, dest)
