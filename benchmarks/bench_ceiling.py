@@ -174,7 +174,7 @@ MAX_ERROR_RATIO = 1e-3  # a rate holds with at most 0.1 % of the measured reques
 def run_rate(target: str, a: argparse.Namespace, rate: float, out: str) -> dict[str, Any]:
     from dataclasses import asdict
 
-    from netgain.loadgen.experiments.tune import load_and_report, trial
+    from netgain.experiments.tune import load_and_report, trial
 
     rep = load_and_report(
         target,
@@ -278,7 +278,7 @@ def sweep(
     """Rising rates against one server layout until p99 fails twice; the capacity found."""
     import shlex
 
-    from netgain.loadgen.orchestrate import ServerProcess
+    from netgain.experiments.orchestrate import ServerProcess
 
     serve = [
         "--model", a.model, "--device", a.device, "--dtype", a.dtype,

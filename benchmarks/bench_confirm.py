@@ -19,8 +19,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from netgain.loadgen.analysis import build_report
-from netgain.loadgen.orchestrate import ServerProcess, choose_placement, run_load
+from netgain.analysis import build_report
+from netgain.experiments.orchestrate import ServerProcess, choose_placement, run_load
 
 # kind -> lever that takes that resource out of the way, per model family.
 LEVERS = {

@@ -12,7 +12,7 @@ import contextlib
 
 from common import null_servers, run_clients, table
 
-from netgain.loadgen.orchestrate import free_port
+from netgain.experiments.orchestrate import free_port
 
 
 def measure(servers: int, a: argparse.Namespace) -> list[object]:

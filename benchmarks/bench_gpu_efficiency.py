@@ -18,7 +18,7 @@ import time
 
 from common import run_clients, shared_port_servers, table
 
-from netgain.loadgen.orchestrate import free_port
+from netgain.experiments.orchestrate import free_port
 from netgain.server.device import DeviceRunner
 from netgain.server.handlers import create_handler
 

@@ -24,7 +24,7 @@ import psutil
 import pyarrow.parquet as pq
 from common import null_servers, table
 
-from netgain.loadgen.orchestrate import free_port, run_load
+from netgain.experiments.orchestrate import free_port, run_load
 from netgain.stats.quantiles import quantile
 
 LOCUSTFILE = '''

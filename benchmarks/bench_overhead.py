@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psutil
 from common import pinned, run_alternating, run_clients, split_cpus, table
 
-from netgain.loadgen.orchestrate import ServerProcess
+from netgain.experiments.orchestrate import ServerProcess
 from netgain.stats.quantiles import median
 
 MODELS = {

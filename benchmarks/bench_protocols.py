@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             "and load generator compete for the same cores, so latencies include that contention"
         )
     print(f"host {os.uname().nodename}: {os.cpu_count()} cores, {len(cores)} usable; {placement}", flush=True)
-    from netgain.loadgen.orchestrate import ServerProcess
+    from netgain.experiments.orchestrate import ServerProcess
 
     serve = ["--model", a.model, "--device", a.device, "--workers", a.workers, *a.serve_arg]
     rows: list[list[object]] = []

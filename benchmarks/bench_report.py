@@ -91,7 +91,7 @@ def generate(run: Path, n: int, rate: float = 5000.0, seed: int = 0) -> None:
 
 
 def measure(run: Path) -> dict[str, float]:
-    from netgain.loadgen.analysis import build_report, write_outputs
+    from netgain.analysis import build_report, write_outputs
 
     t0 = time.perf_counter()
     report = build_report(run)

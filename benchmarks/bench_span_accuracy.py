@@ -30,8 +30,8 @@ import numpy as np
 from common import run_clients, table
 
 from netgain.contract.phases import PHASES
-from netgain.loadgen.experiments.kernels import kernel_spans, matched, profiler_windows, span_errors
-from netgain.loadgen.orchestrate import ServerProcess
+from netgain.experiments.kernels import kernel_spans, matched, profiler_windows, span_errors
+from netgain.experiments.orchestrate import ServerProcess
 from netgain.stats.quantiles import median, quantile
 
 

@@ -255,7 +255,7 @@ def run_clients(
 def shared_port_servers(stack: contextlib.ExitStack, count: int, args: list[str], port: int) -> str:
     """One ``netgain serve ARGS --workers count`` on ``port``: ``count`` frontend processes share it
     (only one server may own a port); ready when it returns; returns the target."""
-    from netgain.loadgen.orchestrate import ServerProcess
+    from netgain.experiments.orchestrate import ServerProcess
 
     sp = stack.enter_context(ServerProcess([*args, "--workers", str(count)], port=port))
     sp.wait_ready()
@@ -288,7 +288,7 @@ def null_servers(
     server's frontends (all traffic through its one device process); ``separate``: ``count``
     independent one-process servers on ports of their own, a comma-joined target that the load
     generator spreads requests over (so the servers never bind before a generator under test)."""
-    from netgain.loadgen.orchestrate import ServerProcess
+    from netgain.experiments.orchestrate import ServerProcess
 
     args = ["--model", "null", "--max-batch-size", "64", "--max-queue-delay-ms", "0.5", "--max-queue-size",
             str(max_queue)]  # fmt: skip

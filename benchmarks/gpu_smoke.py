@@ -9,7 +9,7 @@ import urllib.request
 
 import grpc
 
-from netgain.loadgen.orchestrate import ServerProcess
+from netgain.experiments.orchestrate import ServerProcess
 from netgain.protos import InferenceStub, pb
 from netgain.server.handlers import create_handler
 

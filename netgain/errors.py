@@ -2,7 +2,7 @@
 
 ``NetgainError`` is bad input, a bad config or a bad run directory: the message alone says what is
 wrong and how to fix it. The library raises it (or a subclass, such as
-``netgain.loadgen.analysis.AnalysisError``) and never imports the command line; the ``netgain``
+``netgain.analysis.AnalysisError``) and never imports the command line; the ``netgain``
 command prints it as one line, ``netgain <cmd>: error: ...``, and exits with status 2 (a traceback
 only with ``--debug``).
 """

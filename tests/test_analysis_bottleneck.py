@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from analysis_fixtures import make_run
 
-from netgain.loadgen.analysis import build_report
+from netgain.analysis import build_report
 
 
 def _kind(tmp_path: Path, device: str, samples: dict) -> dict:

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from analysis_fixtures import make_run
 
+from netgain.analysis import AnalysisError, build_report, capacity_at_slo, cost
+from netgain.analysis import comparison as cmp
+from netgain.analysis.comparison import traffic_differences
+from netgain.analysis.run_summary import RunResult
 from netgain.errors import NetgainError
-from netgain.loadgen.analysis import AnalysisError, build_report, capacity_at_slo, cost
-from netgain.loadgen.analysis import comparison as cmp
-from netgain.loadgen.analysis.comparison import traffic_differences
-from netgain.loadgen.analysis.run_summary import RunResult
 
 GPU_FAST = {"kernel": 0.5, "h2d": 0.2, "d2h": 0.1, "pre": 2.0}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from netgain.loadgen.analysis import cost
+from netgain.analysis import cost
 
 
 def test_cost_per_1k_exact() -> None:

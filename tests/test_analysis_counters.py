@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 from analysis_fixtures import make_run
 
-from netgain.loadgen.analysis import build_report
-from netgain.loadgen.analysis.counters import increase_rates, with_ratios
+from netgain.analysis import build_report
+from netgain.analysis.counters import increase_rates, with_ratios
 from netgain.loadgen.runner.scrape import parse_samples
 
 INSTANCES = 2

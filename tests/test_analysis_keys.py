@@ -35,8 +35,8 @@ from analysis_reference import (
     sweep_point,
 )
 
-from netgain.loadgen.analysis import build_report
-from netgain.loadgen.analysis.report import to_json
+from netgain.analysis import build_report
+from netgain.analysis.report import to_json
 
 # Samples are written at t = 0, 1, ..., 6 s; the measured window is [1, 6], so every mean below
 # is over t = 1..6 (mean t = 3.5) and the t = 0 sample (inside the warm-up) must be ignored.

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from analysis_fixtures import make_run, span_log
 
-from netgain.loadgen.analysis import AnalysisError, build_report, write_outputs
+from netgain.analysis import AnalysisError, build_report, write_outputs
 
 DESIGN_KEYS = {
     "schema",

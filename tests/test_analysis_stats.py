@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from analysis_reference import binomial_bound
 
-from netgain.loadgen.analysis import stats
+from netgain.analysis import stats
 
 
 @pytest.mark.parametrize("n", [1, 2, 7, 100, 1001, 12345])

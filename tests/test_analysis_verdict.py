@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from analysis_fixtures import make_run
 
-from netgain.loadgen.analysis import build_report
+from netgain.analysis import build_report
 
 COMMON: dict[str, Any] = {"rate": 100.0, "duration_s": 10.0, "warmup_s": 2.0}
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from analysis_fixtures import make_run
 
+from netgain.analysis import AnalysisError, build_report
 from netgain.contract import messages, payloads, records, rundir
-from netgain.loadgen.analysis import AnalysisError, build_report
 from netgain.loadgen.payloads import PayloadFactory
 from netgain.loadgen.runner import frames
 from netgain.protos import inference_pb2 as pb

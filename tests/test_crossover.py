@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from analysis_fixtures import make_run
 
+from netgain.analysis.crossover import cost_per_1k_at, crossover, line, plot, replicas_needed
 from netgain.cli.experiments import print_compare
-from netgain.loadgen.analysis.crossover import cost_per_1k_at, crossover, line, plot, replicas_needed
-from netgain.loadgen.experiments.cpu_vs_gpu import CompareConfig, Side, summarize
+from netgain.experiments.cpu_vs_gpu import CompareConfig, Side, summarize
 
 RATES = [50.0, 100.0, 200.0, 400.0, 800.0]
 

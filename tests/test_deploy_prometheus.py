@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 import yaml
 
-from netgain.loadgen.orchestrate import free_port
+from netgain.experiments.orchestrate import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

@@ -12,10 +12,10 @@ from conftest import run_netgain
 
 from netgain.contract.cores import cpu_list
 from netgain.errors import NetgainError
-from netgain.loadgen.experiments import cpu_vs_gpu as compare
-from netgain.loadgen.experiments.cpu_vs_gpu import CompareConfig, Side, _with_rate, best_batch
-from netgain.loadgen.experiments.drill import distribution
-from netgain.loadgen.orchestrate import Placement, choose_placement, parse_cpus
+from netgain.experiments import cpu_vs_gpu as compare
+from netgain.experiments.cpu_vs_gpu import CompareConfig, Side, _with_rate, best_batch
+from netgain.experiments.drill import distribution
+from netgain.experiments.orchestrate import Placement, choose_placement, parse_cpus
 
 
 def netgain(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:

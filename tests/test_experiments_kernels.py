@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from netgain.loadgen.experiments.kernels import KernelWindow, kernel_spans, profiler_windows, span_check
+from netgain.experiments.kernels import KernelWindow, kernel_spans, profiler_windows, span_check
 
 HTOD = "Memcpy HtoD (Pinned -> Device)"
 DTOH = "Memcpy DtoH (Device -> Pinned)"

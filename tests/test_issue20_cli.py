@@ -214,7 +214,7 @@ def test_a_refused_connection_fails_in_seconds_not_the_whole_wait() -> None:
 def test_a_taken_metrics_port_names_the_flag_and_orchestration_shows_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from netgain.loadgen.orchestrate import ServerProcess
+    from netgain.experiments.orchestrate import ServerProcess
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -275,7 +275,7 @@ def test_connections_spread_load_over_frontend_processes(tmp_path: Path) -> None
     """A server of two frontend processes on one port (SO_REUSEPORT): the kernel picks one per
     connection, so one connection loads one frontend and --connections 16 loads both (the span
     log names the process that answered each request)."""
-    from netgain.loadgen.orchestrate import ServerProcess
+    from netgain.experiments.orchestrate import ServerProcess
 
     spans = tmp_path / "spans.jsonl"
     args = ["--model", "null", "--workers", "2", "--span-log", str(spans)]

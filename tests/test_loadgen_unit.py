@@ -433,7 +433,7 @@ def test_wait_ready_says_when_there_is_no_health_service() -> None:
     import grpc
 
     from netgain.errors import NetgainError
-    from netgain.loadgen.orchestrate import ServerProcess
+    from netgain.experiments.orchestrate import ServerProcess
 
     bare = grpc.server(futures.ThreadPoolExecutor(1))  # a gRPC server with no services at all
     port = bare.add_insecure_port("127.0.0.1:0")

@@ -277,7 +277,7 @@ def test_report_without_trailers_makes_no_server_claims(start_server: Any, tmp_p
 
 
 def test_attribution_gaps() -> None:
-    from netgain.loadgen.analysis.coverage import attribution_gaps
+    from netgain.analysis.coverage import attribution_gaps
 
     nan = float("nan")
     assert attribution_gaps(np.array([1.0, 2.0]), {"config": {"protocol": "netgain"}}) == []

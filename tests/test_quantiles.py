@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from analysis_fixtures import meta_for
 
+from netgain.analysis.run_summary import analyze
 from netgain.contract.records import RECORD_COLUMNS, empty_columns
-from netgain.loadgen.analysis.run_summary import analyze
 from netgain.loadgen.runner.live import LIVE_BOUNDS, LiveStats
 from netgain.loadgen.runner.sink import RecordSink
 from netgain.loadgen.runner.wire import records_batch

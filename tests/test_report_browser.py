@@ -25,8 +25,8 @@ import pytest
 from analysis_fixtures import make_run
 from PIL import Image
 
-from netgain.loadgen.analysis import build_report, write_outputs
-from netgain.loadgen.analysis.crossover import crossover
+from netgain.analysis import build_report, write_outputs
+from netgain.analysis.crossover import crossover
 from netgain.loadgen.traces import inspect_trace, synthesize
 from netgain.loadgen.traces.render import svg_plot
 

@@ -11,7 +11,7 @@ from conftest import run_netgain
 
 from netgain.cli.experiments import _tuned
 from netgain.errors import NetgainError
-from netgain.loadgen.experiments.tune import Knobs, Result, Trial, best, grid, load_best, search
+from netgain.experiments.tune import Knobs, Result, Trial, best, grid, load_best, search
 
 
 def trial(rate: float, held: bool) -> Trial:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from netgain.loadgen.analysis.svg import bar, escape, fit, open_svg, polygon, svg_text, x_label, y_axis
+from netgain.charts.svg import bar, escape, fit, open_svg, polygon, svg_text, x_label, y_axis
 from netgain.loadgen.traces.model import Trace
 
 Bin = tuple[float, float, int]  # (low, high, count); low == high == 0 counts zeros

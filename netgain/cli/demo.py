@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from netgain.loadgen.orchestrate import ServerProcess, run_load
+    from netgain.experiments.orchestrate import ServerProcess, run_load
 
     os.makedirs(args.out, exist_ok=True)
     options = list(args.handler_option) or (["size=96"] if args.model == "image" else [])

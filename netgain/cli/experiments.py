@@ -36,7 +36,7 @@ def _tuned(path: str | None) -> tuple[list[str], int]:
     """A tune result's best serve flags without its batch size (compare sweeps batch sizes), and that size."""
     if not path:
         return [], 0
-    from netgain.loadgen.experiments.tune import load_best
+    from netgain.experiments.tune import load_best
 
     flags = load_best(path)
     batch = 0
@@ -170,8 +170,8 @@ def add_parser(sub: Any) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from netgain.loadgen.experiments.cpu_vs_gpu import CompareConfig, Progress, Side, run_side, summarize
-    from netgain.loadgen.orchestrate import choose_placement
+    from netgain.experiments.cpu_vs_gpu import CompareConfig, Progress, Side, run_side, summarize
+    from netgain.experiments.orchestrate import choose_placement
 
     missing = [
         f
@@ -260,10 +260,10 @@ def print_compare(reports: dict[str, Any], rows: list[list[Any]], out: str) -> N
             print(f"  - {reason}")
     cross = reports["warm"].get("crossover")
     if cross:
-        from netgain.loadgen.analysis.crossover import line
+        from netgain.analysis.crossover import line
 
         print(line(cross))
-    from netgain.loadgen.experiments.cpu_vs_gpu import limit_lines
+    from netgain.experiments.cpu_vs_gpu import limit_lines
 
     for text in limit_lines(reports["warm"].get("compare", {}).get("limits", [])):
         print(text)
@@ -297,7 +297,7 @@ def _fmt(x: Any) -> str:
 
 
 def run_drill(args: argparse.Namespace) -> int:
-    from netgain.loadgen.experiments.drill import run_drill as drill
+    from netgain.experiments.drill import run_drill as drill
 
     if args.repeats < 1:
         raise CliError("--repeats must be >= 1")
@@ -321,8 +321,8 @@ def run_drill(args: argparse.Namespace) -> int:
 
 
 def run_profile(args: argparse.Namespace) -> int:
-    from netgain.loadgen.experiments.profile import render
-    from netgain.loadgen.experiments.profile import run_profile as profile
+    from netgain.experiments.profile import render
+    from netgain.experiments.profile import run_profile as profile
 
     summary = profile(
         args.model,

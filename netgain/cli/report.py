@@ -47,9 +47,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from netgain.loadgen.analysis import build_report, to_json, write_outputs
-    from netgain.loadgen.analysis.render_html import render_html
-    from netgain.loadgen.analysis.render_text import render_markdown, terminal
+    from netgain.analysis import build_report, to_json, write_outputs
+    from netgain.analysis.render_html import render_html
+    from netgain.analysis.render_text import render_markdown, terminal
 
     if args.min_replicas is not None and args.min_replicas < 0:
         raise CliError(f"--min-replicas must be >= 0, got {args.min_replicas}")

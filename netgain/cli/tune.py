@@ -70,7 +70,7 @@ def add_parser(sub: Any) -> None:
 def run_tune(args: argparse.Namespace) -> int:
     import shlex
 
-    from netgain.loadgen.experiments import tune
+    from netgain.experiments import tune
 
     if args.slo_p99_ms <= 0:
         raise CliError("--slo-p99-ms must be > 0")
@@ -82,7 +82,7 @@ def run_tune(args: argparse.Namespace) -> int:
         for w in values:
             if w != "auto" and not w.isdigit():
                 raise CliError(f"{flag_name}: {w!r} is not a whole number or auto")
-    from netgain.loadgen.orchestrate import choose_placement
+    from netgain.experiments.orchestrate import choose_placement
 
     placement = choose_placement(args.server_cpus, args.load_cpus)
     cfg = tune.TuneConfig(

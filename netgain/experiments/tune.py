@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from netgain.errors import NetgainError
-from netgain.loadgen.orchestrate import Placement, pinned
+from netgain.experiments.orchestrate import Placement, pinned
 
 TUNE_SCHEMA = 1
 
@@ -219,7 +219,7 @@ def search(run: Callable[[float], Trial], start: float, limit: float, bisect_ste
 
 @contextlib.contextmanager
 def _server(cfg: TuneConfig, knobs: Knobs, log_path: str) -> Iterator[Any]:
-    from netgain.loadgen.orchestrate import ServerProcess
+    from netgain.experiments.orchestrate import ServerProcess
 
     args = ["--model", cfg.model, "--device", cfg.device, *knobs.serve_args()]
     for opt in cfg.handler_options:

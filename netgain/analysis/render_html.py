@@ -6,9 +6,9 @@ import re
 from html import escape
 from typing import Any
 
-from netgain.loadgen.analysis import svg
-from netgain.loadgen.analysis.render_text import dominant_words, headline, render_markdown
-from netgain.loadgen.analysis.tail import TAIL_PHASES
+from netgain.analysis.render_text import dominant_words, headline, render_markdown
+from netgain.analysis.tail import TAIL_PHASES
+from netgain.charts import svg
 
 
 def _sides(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -254,9 +254,9 @@ def render_html(r: dict[str, Any]) -> str:
     for name, s in _sides(r).items():
         figs += [phase_plot(s, name), util_plot(s, name), queue_plot(s, name), autoscale_plot(s, name)]
         figs += sweep_plots(s, name)
-    # -- netgain compare's crossover (loadgen/analysis/crossover.py): one figure after the cost bars --
+    # -- netgain compare's crossover (netgain/analysis/crossover.py): one figure after the cost bars --
     if r.get("crossover"):
-        from netgain.loadgen.analysis.crossover import figure
+        from netgain.analysis.crossover import figure
 
         figs.insert(2, figure(r["crossover"]))
     # -- end of the crossover --

@@ -22,7 +22,7 @@ import grpc
 
 from netgain.contract import rundir as files
 from netgain.errors import NetgainError
-from netgain.loadgen.orchestrate import ServerProcess, free_port, run_load
+from netgain.experiments.orchestrate import ServerProcess, free_port, run_load
 from netgain.loadgen.payloads import example_maker
 from netgain.protos import InferenceStub, pb
 from netgain.stats.quantiles import quantiles

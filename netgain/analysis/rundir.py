@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from netgain.analysis.counters import with_ratios
 from netgain.contract import rundir as files
 from netgain.contract.phases import PHASES
 from netgain.contract.records import PHASE_COLUMNS, REQUIRED_COLUMNS, SAMPLE_COLUMNS
 from netgain.errors import NetgainError
-from netgain.loadgen.analysis.counters import with_ratios
 
 NS_PER_MS = 1e6
 

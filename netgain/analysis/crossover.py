@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from netgain.loadgen.analysis import svg
+from netgain.charts import svg
 
 SIDES = ("baseline", "treatment")
 

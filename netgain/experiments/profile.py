@@ -20,8 +20,8 @@ from typing import Any
 import grpc
 
 from netgain.contract.phases import PHASES
-from netgain.loadgen.experiments.kernels import kernel_spans, profiler_windows, span_check
-from netgain.loadgen.orchestrate import ServerProcess
+from netgain.experiments.kernels import kernel_spans, profiler_windows, span_check
+from netgain.experiments.orchestrate import ServerProcess
 from netgain.protos import InferenceStub, pb
 from netgain.stats.quantiles import median
 

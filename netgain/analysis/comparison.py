@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from netgain.loadgen.analysis import cost
-from netgain.loadgen.analysis.run_summary import RunResult
-from netgain.loadgen.analysis.rundir import AnalysisError
-from netgain.loadgen.analysis.stats import interval
+from netgain.analysis import cost
+from netgain.analysis.run_summary import RunResult
+from netgain.analysis.rundir import AnalysisError
+from netgain.analysis.stats import interval
 
 # A number standing alone in a description ("rate=200.0", "seed=0"), not part of a word or path
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")

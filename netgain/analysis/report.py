@@ -6,11 +6,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from netgain.analysis import comparison as cmp
+from netgain.analysis.cost import capacity_from_points
+from netgain.analysis.run_summary import analyze
+from netgain.analysis.rundir import AnalysisError, load_meta
 from netgain.contract import rundir as files
-from netgain.loadgen.analysis import comparison as cmp
-from netgain.loadgen.analysis.cost import capacity_from_points
-from netgain.loadgen.analysis.run_summary import analyze
-from netgain.loadgen.analysis.rundir import AnalysisError, load_meta
 
 
 def sweep_points(
@@ -183,8 +183,8 @@ def to_json(report: dict[str, Any]) -> str:
 
 def write_outputs(report: dict[str, Any], run_dir: str | Path) -> list[Path]:
     """Write report.json, report.md and report.html into ``run_dir``; return their paths."""
-    from netgain.loadgen.analysis.render_html import render_html
-    from netgain.loadgen.analysis.render_text import render_markdown
+    from netgain.analysis.render_html import render_html
+    from netgain.analysis.render_text import render_markdown
 
     out = Path(run_dir)
     paths = [out / name for name in files.REPORT_FILES]

@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from netgain.loadgen.analysis.stats import slope
+from netgain.analysis.stats import slope
 
 DEVICE_BUSY = 0.85
 DEVICE_IDLE = 0.50

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from netgain.loadgen.analysis.tail import CLIENT_PHASES
+from netgain.analysis.tail import CLIENT_PHASES
 
 OUTCOME_WORDS = {"net_gain": "NET GAIN", "no_net_gain": "NO NET GAIN", "inconclusive": "INCONCLUSIVE"}
 

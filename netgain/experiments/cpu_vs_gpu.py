@@ -17,7 +17,7 @@ from typing import Any
 
 from netgain.contract import rundir as files
 from netgain.errors import NetgainError
-from netgain.loadgen.orchestrate import Placement, ServerProcess, run_load
+from netgain.experiments.orchestrate import Placement, ServerProcess, run_load
 
 
 @dataclass
@@ -140,7 +140,7 @@ def _p99(run_dir: str) -> float:
 @functools.cache
 def _summary(run_dir: str) -> tuple[float, bool]:
     """(p99 ms, valid) of a finished run; cached, since progress lines and the batch choice both ask."""
-    from netgain.loadgen.analysis import build_report
+    from netgain.analysis import build_report
 
     rep = build_report(run_dir, bootstrap=0)
     return float(rep["latency_ms"]["p99"] or float("inf")), bool(rep["valid"])
@@ -148,7 +148,7 @@ def _summary(run_dir: str) -> tuple[float, bool]:
 
 def _recorded_device(run_dir: str) -> str | None:
     """The device the server of a finished run said it ran on (meta.json), or None."""
-    from netgain.loadgen.analysis.rundir import AnalysisError, load_meta
+    from netgain.analysis.rundir import AnalysisError, load_meta
 
     try:
         device = load_meta(run_dir).get("server", {}).get("device")
@@ -250,7 +250,7 @@ def best_batch(cfg: CompareConfig, warm_runs: dict[int, str]) -> int:
 
 
 def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[list[Any]]]:
-    from netgain.loadgen.analysis import build_report, write_outputs
+    from netgain.analysis import build_report, write_outputs
 
     rows: list[list[Any]] = []
     for name, res in sides.items():
@@ -311,7 +311,7 @@ def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dic
 def crossover_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]], rep: dict[str, Any]) -> dict[str, Any]:
     """Cost per 1k at the SLO against the swept rates, each side at the capacity its sweep measured
     (with its tuned configuration when given), and the rate where the treatment starts to win."""
-    from netgain.loadgen.analysis.crossover import crossover
+    from netgain.analysis.crossover import crossover
 
     per_side: dict[str, dict[str, Any]] = {}
     for name, side in (("baseline", cfg.baseline), ("treatment", cfg.treatment)):
@@ -333,7 +333,7 @@ def crossover_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]], rep: dict
 def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per side, what limited it in the rate sweep: the bottleneck of the first rate past the SLO
     (where the limiting resource shows), or of the highest rate when every rate held."""
-    from netgain.loadgen.analysis import build_report
+    from netgain.analysis import build_report
 
     out: list[dict[str, Any]] = []
     for name in ("baseline", "treatment"):

@@ -3,7 +3,7 @@
 Public API: :func:`build_report`, :func:`write_outputs`, :func:`capacity_at_slo`, :class:`AnalysisError`.
 """
 
-from netgain.loadgen.analysis.report import build_report, capacity_at_slo, to_json, write_outputs
-from netgain.loadgen.analysis.rundir import AnalysisError
+from netgain.analysis.report import build_report, capacity_at_slo, to_json, write_outputs
+from netgain.analysis.rundir import AnalysisError
 
 __all__ = ["AnalysisError", "build_report", "capacity_at_slo", "to_json", "write_outputs"]

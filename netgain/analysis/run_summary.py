@@ -8,12 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from netgain.contract.phases import PHASES
-from netgain.contract.rundir import SCHEMA_VERSION
-from netgain.loadgen.analysis import bottleneck as bn
-from netgain.loadgen.analysis import cost, stats
-from netgain.loadgen.analysis.coverage import attribution_gaps, server_measured
-from netgain.loadgen.analysis.rundir import (
+from netgain.analysis import bottleneck as bn
+from netgain.analysis import cost, stats
+from netgain.analysis.coverage import attribution_gaps, server_measured
+from netgain.analysis.rundir import (
     AnalysisError,
     Requests,
     join_span_log,
@@ -21,7 +19,9 @@ from netgain.loadgen.analysis.rundir import (
     load_requests,
     load_samples,
 )
-from netgain.loadgen.analysis.tail import BAND, attribute, phase_matrix
+from netgain.analysis.tail import BAND, attribute, phase_matrix
+from netgain.contract.phases import PHASES
+from netgain.contract.rundir import SCHEMA_VERSION
 
 PLOT_METRICS = (
     "netgain_gpu_utilization_ratio",
