@@ -204,7 +204,9 @@ def write_samples(path: Path, duration_s: float, spec: dict[str, Any]) -> None:
             series = v if isinstance(v, dict) else {"": v}
             for labels, val in series.items():
                 src = "worker:0" if metric == "netgain_client_worker_cpu_ratio" else "server:127.0.0.1:50051"
-                lab = ",".join(x for x in ("model=image", labels) if x)
+                host = metric.startswith(("netgain_host_", "netgain_loadgen_"))
+                src = "host" if host else src  # the load generator's host readings
+                lab = ",".join(x for x in ("" if host else "model=image", labels) if x)
                 rows["t_s"].append(float(t))
                 rows["source"].append(src)
                 rows["metric"].append(metric)

@@ -52,9 +52,11 @@ def test_gpu_bound(tmp_path: Path) -> None:
     assert b["kind"] == "gpu-bound"
 
 
-def test_busy_gpu_without_queue_is_unsaturated(tmp_path: Path) -> None:
+def test_busy_gpu_without_queue_is_gpu_bound_near_capacity(tmp_path: Path) -> None:
+    """A device busy 97 % of the time has no headroom left, though no backlog has built yet."""
     b = _kind(tmp_path, "cuda", {"netgain_gpu_utilization_ratio": 0.97, "netgain_queue_depth_requests": 1.0})
-    assert b["kind"] == "unsaturated"
+    assert b["kind"] == "gpu-bound"
+    assert "near capacity: no backlog has built yet (device busy 0.97 >= 0.85)" in b["evidence"]
 
 
 def test_cpu_bound(tmp_path: Path) -> None:

@@ -101,6 +101,12 @@ def test_open_loop_two_workers_one_row_per_scheduled_request(null_server: Any, t
     report = json.loads((out / "report.json").read_text())
     assert report["schema"] == 1 and report["valid"] is True
     assert report["throughput_rps"] > 50
+    # The host's CPU, read beside the server's: the server shares the load generator's host here.
+    for metric in ("host_cpu_seconds_total", "host_cpu_cores", "loadgen_cpu_seconds_total"):
+        assert f"netgain_{metric}" in samples["metric"], metric
+    host = report["cpu"]["host"]
+    assert host["same_host"] is True and host["cores"] == os.cpu_count()
+    assert host["busy"] > 0 and host["loadgen"] > 0 and host["server"] is not None and host["other"] >= 0
 
 
 def test_slow_server_and_in_flight_cap_make_the_run_invalid(start_server: Any, tmp_path: Path) -> None:

@@ -3,8 +3,8 @@ writes the run directory.
 
 The jobs live beside it: ``config`` (LoadConfig), ``worker_pool`` (start, greet, lose), ``plans`` (the
 schedule dealt), ``sink`` (records to Parquet), ``live`` (progress lines, client metrics),
-``endpoints`` (web UI, /metrics), ``probe``, ``scrape``, ``results`` (verdict, exit status) and
-``meta`` (meta.json)."""
+``endpoints`` (web UI, /metrics), ``probe``, ``scrape``, ``hoststat`` (the host's CPU), ``results``
+(verdict, exit status) and ``meta`` (meta.json)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from netgain.contract import rundir as files
 from netgain.contract.messages import CHUNK, DONE, GO, HELLO, PLAN, READY, RECORDS
 from netgain.loadgen.runner import endpoints, results
 from netgain.loadgen.runner.config import LoadConfig
+from netgain.loadgen.runner.hoststat import HostSampler
 from netgain.loadgen.runner.live import ClientMetrics, LiveStats
 from netgain.loadgen.runner.meta import build_meta
 from netgain.loadgen.runner.plans import SEND_AHEAD_S, Dealer, first_plans, shard_arrays
@@ -61,6 +62,7 @@ class Master:
         )
         self.dealer = Dealer(schedule, self.workers.total)
         self.samples = Samples(os.path.join(cfg.out, files.SAMPLES))
+        self.host = HostSampler()
 
     def log(self, message: str) -> None:
         if not self.cfg.quiet:
@@ -217,6 +219,8 @@ class Master:
                 t_s = self._now_s()
                 for url, source in urls:
                     self.samples.scrape(url, t_s, source)
+                for metric, labels, value in self.host.read():
+                    self.samples.add(t_s, "host", metric, value, labels)
                 if self.client_metrics is not None:
                     self.client_metrics.workers.set(self.workers.connected(runner))
                 self.live.tick(min(t_s, total_s), total_s, rate, now - last_tick)

@@ -1,23 +1,27 @@
 """Resource summaries from samples.parquet and the bottleneck kind, with the evidence that decided it.
 
-Server rules (thresholds are module constants, documented in docs/report.md), first match wins:
-1. ``gpu-bound``: GPU utilization or kernel busy >= DEVICE_BUSY and a backlog.
+Server rules (thresholds are module constants of ``saturation``, documented in docs/report.md),
+first match wins:
+1. ``gpu-bound``: GPU utilization or kernel busy >= DEVICE_BUSY, with a backlog or without one
+   (then "near capacity": the device has no headroom left, though no backlog has built yet).
 2. ``upstream-bound``: device mostly idle (GPU util and kernel busy < DEVICE_IDLE) while the
    interpreter (the interpreter-bound thread roles of one process summed: threads that need the
    GIL saturate together near one core), a pre/post thread, the frontend, or the whole process is
    saturated, and a backlog.
 3. ``cpu-bound``: a cpu run whose model compute (device + intra-op threads) uses
-   >= CORES_SATURATED of the cores (or kernel busy >= DEVICE_BUSY with a backlog).
+   >= CORES_SATURATED of the cores, or whose kernel busy is >= DEVICE_BUSY.
 4. The server's processes together use >= PROCESS_SATURATED of its cores (the backlog then
    waits in its sockets, where no queue gauge sees it): ``upstream-bound`` on a GPU (``cpu-bound``
    on the CPU), resource ``process``, with or without a backlog.
-5. A backlog with none of the above is never ``unsaturated``: the kind is the stage the queue
-   waits for (the device when it is at least half busy, else upstream of it).
+5. A run that missed its SLO, shed requests, or whose backlog grows is never ``unsaturated``: the
+   resource nearest its saturation (``saturation.pressures``: each figure over its threshold) is
+   named with its figure, or ``host-contention`` when none of the server's resources is near
+   saturation while other processes (or steal time) take the host's CPU.
 6. ``unsaturated`` otherwise.
 Without the target's netgain telemetry (``--protocol oip``: no ServerInfo, no netgain /metrics) the
 server is not judged: its kind is ``unknown``, named only when the load generator's is not.
 Backlog: the queue-depth (or in-flight) fit rises by >= QUEUE_RISE requests over the window, or
-the mean queue depth is >= half the server's max_queue_size.
+the mean queue depth is >= half the server's max_queue_size, or the server shed requests.
 
 The load generator (``loadgen-bound``: send-lag p99 > max_send_lag_ms or a worker's CPU >=
 WORKER_CPU_SATURATED) is judged beside the server, not instead of it: when both apply both are
@@ -36,16 +40,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from netgain.analysis import saturation as sat
+from netgain.analysis.saturation import (
+    CORES_SATURATED,
+    DEVICE_BUSY,
+    INTERPRETER_SATURATED,
+    NEAR_SATURATION,
+    PROCESS_SATURATED,
+    THREAD_SATURATED,
+)
 from netgain.analysis.stats import slope
 
-DEVICE_BUSY = 0.85
 DEVICE_IDLE = 0.50
-THREAD_SATURATED = 0.90
-CORES_SATURATED = 0.80
-PROCESS_SATURATED = 0.90
 WORKER_CPU_SATURATED = 0.90
 QUEUE_RISE = 8.0
-INTERPRETER_SATURATED = 0.80
+NEAR_CAPACITY = "near capacity: no backlog has built yet"
 # Thread roles whose CPU time is Python bytecode (it needs the GIL): the event loop and gRPC's
 # Python handlers (frontend), pre/post-processing, the batcher, the samplers. The device thread
 # and torch's intra-op workers mostly run with the GIL released, gRPC's own threads in C.
@@ -69,6 +78,8 @@ ACTIONS = {
     "unsaturated": "latency is fixed cost: nothing to scale; shorter --max-queue-delay-ms or a faster "
     "device per request lowers it, and when the tail is queue (requests waiting for the batch ahead) "
     "more model instances (--instances) or smaller batches",
+    "host-contention": "give the server a host (or cores) of its own: other processes, or the "
+    "hypervisor's steal time, take the CPU it needs; measure again on a quiet host",
     "unknown": "none from this run: the server's resources were not measured; read its own metrics "
     "(queue and compute time, device and CPU utilisation)",
 }
@@ -231,6 +242,7 @@ def summarize_resources(
         "per_thread": {r: by_role[r] / threads[r] for r in threads if r in by_role},
         "interpreter": interpreter(by_role, processes),
         "worker_max": _max_mean(ser, "netgain_client_worker_cpu_ratio"),
+        "host": sat.host_contention(ser, meta),
     }
     queue: dict[str, Any] = _rise(ser.get("netgain_queue_depth_requests", []), window_s)
     queue["in_flight"] = _rise(ser.get("netgain_in_flight_requests", []), window_s)
@@ -249,28 +261,40 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
 
-def _server(gpu: dict, cpu: dict, queue: dict, device: str) -> tuple[dict[str, Any], list[str]]:
-    """The server's kind (``{kind, resource, action}``) and the evidence lines it was decided on."""
+def _server(
+    gpu: dict, cpu: dict, queue: dict, device: str, missed: str | None = None, shed: int = 0
+) -> tuple[dict[str, Any], list[str]]:
+    """The server's kind (``{kind, resource, action}``) and the evidence lines it was decided on.
+    ``missed``: how the run missed its SLO (None: it held, or none was given); ``shed``: requests the
+    server refused with RESOURCE_EXHAUSTED (its queue was full: a backlog)."""
     ev: list[str] = []
     util, busy = gpu.get("utilization_mean"), gpu.get("kernel_busy_mean")
     busiest = max([x for x in (util, busy) if x is not None], default=None)
     on_gpu = device.startswith("cuda") or bool(gpu.get("present"))
     fl = queue.get("in_flight") or {}
+    pressure = bool(queue.get("pressure")) or shed > 0
     ev.append(
         f"queue depth mean {_fmt(queue.get('mean'))}, rise over window {_fmt(queue.get('rise'))}; "
         f"in flight mean {_fmt(fl.get('mean'))}, rise {_fmt(fl.get('rise'))} "
         f"(backlog: {'yes' if queue.get('pressure') else 'no'}, rise >= {QUEUE_RISE:g})"
     )
+    if shed:
+        ev.append(f"{shed} request(s) shed (RESOURCE_EXHAUSTED: the server's queue was full): a backlog")
     ev.append(
         f"device {device}: GPU utilization mean {_fmt(util)}, SM active {_fmt(gpu.get('sm_active_mean'))}, "
         f"kernel busy {_fmt(busy)} (busy >= {DEVICE_BUSY}, idle < {DEVICE_IDLE})"
     )
-    pressure = bool(queue.get("pressure"))
+    near = NEAR_CAPACITY
 
     def kind(k: str, resource: str, action: str, measured: bool = True) -> tuple[dict[str, Any], list[str]]:
-        return {"kind": k, "resource": resource, "action": ACTIONS[action], "measured": measured}, ev
+        host_line = sat.host_evidence(cpu.get("host"))
+        return {"kind": k, "resource": resource, "action": ACTIONS[action], "measured": measured}, (
+            [*ev, host_line] if host_line else ev
+        )
 
-    if on_gpu and busiest is not None and busiest >= DEVICE_BUSY and pressure:
+    if on_gpu and busiest is not None and busiest >= DEVICE_BUSY:
+        if not pressure:
+            ev.append(f"{near} (device busy {busiest:.2f} >= {DEVICE_BUSY})")
         return kind("gpu-bound", "gpu", "gpu-bound")
     per_thread = cpu.get("per_thread", {})
     cores, proc = cpu.get("cores"), cpu.get("process_mean")
@@ -306,27 +330,56 @@ def _server(gpu: dict, cpu: dict, queue: dict, device: str) -> tuple[dict[str, A
     )
     if not on_gpu and (
         (compute is not None and cores and compute >= CORES_SATURATED * cores)
-        or (busy is not None and busy >= DEVICE_BUSY and pressure)
+        or (busy is not None and busy >= DEVICE_BUSY)
     ):
+        if not pressure:
+            ev.append(near)
         return kind("cpu-bound", "model compute", "cpu-bound")
     if "process" in saturated:
         # Every core the server was given is busy: the backlog builds before the server counts it
         # (in its sockets, unread), so no queue gauge need rise.
         ev.append(f"the server's processes use {_fmt(proc)} of its {_fmt(cores)} cores: no headroom left")
         return kind("upstream-bound" if on_gpu else "cpu-bound", "process", "process")
-    if pressure:
-        # A growing backlog is saturation even when no single gauge crossed its line.
-        device_share = busiest is not None and busiest >= DEVICE_IDLE
-        stage = "the device" if device_share else "a stage upstream of the device"
+    if not (pressure or missed):
+        return kind("unsaturated", "none", "unsaturated")
+    return _nearest(gpu, cpu, on_gpu, pressure, missed, ev, kind)
+
+
+def _nearest(
+    gpu: dict, cpu: dict, on_gpu: bool, pressure: bool, missed: str | None, ev: list[str], kind: Any
+) -> tuple[dict[str, Any], list[str]]:
+    """A run that missed its SLO, or whose backlog grows, is never ``unsaturated``: the resource
+    nearest its saturation binds, unless other processes on the host (or steal) took the CPU while
+    none of the server's own resources was near saturation."""
+    ranked = sat.pressures(gpu, cpu, on_gpu)
+    top = ranked[0] if ranked else None
+    ev.append(
+        (f"SLO missed ({missed}): never unsaturated" if missed else "the backlog grows: never unsaturated")
+        + "; "
+        + sat.ranking(ranked)
+    )
+    host = cpu.get("host") or {}
+    if host.get("significant") and (top is None or top.ratio < NEAR_SATURATION):
         ev.append(
-            "the backlog grows over the window, so the server is saturated though no resource crossed "
-            f"its threshold: the queue waits for {stage}"
+            "host contention, not the server, is the likely cause: no resource of the server is near "
+            f"saturation (>= {NEAR_SATURATION:.2f} of its threshold) while other processes or steal time "
+            "take the host's CPU"
         )
-        if device_share:
-            dev_kind = "gpu-bound" if on_gpu else "cpu-bound"
-            return kind(dev_kind, "device", dev_kind, measured=False)
-        return kind("upstream-bound", "queue", "queue", measured=False)
-    return kind("unsaturated", "none", "unsaturated")
+        return kind("host-contention", "host", "host-contention", measured=False)
+    if top is None:
+        if pressure:  # the queue's rise alone: it waits upstream of a device that is not measured
+            ev.append("the backlog grows while no server resource is measured: the queue waits upstream")
+            return kind("upstream-bound", "queue", "queue", measured=False)
+        return kind("unknown", "server", "unknown", measured=False)
+    if not pressure:
+        ev.append(f"{top.resource}: {NEAR_CAPACITY}")
+    if top.ratio < NEAR_SATURATION:
+        ev.append(
+            f"no resource is near saturation (the nearest, {top.resource}, is at {top.ratio:.2f} of its "
+            "threshold): the latency a request costs at this load is above the SLO, or a resource not "
+            "measured here binds"
+        )
+    return kind(top.kind, top.resource, top.action, measured=False)
 
 
 def classify(
@@ -339,11 +392,14 @@ def classify(
     max_send_lag_ms: float,
     dropped: int,
     server_known: bool = True,
+    missed: str | None = None,
+    shed: int = 0,
 ) -> dict[str, Any]:
     """The bottleneck: ``kind`` (the first of ``kinds``), its ``evidence`` and ``action``; every kind
     that applies in ``kinds``, each with its own evidence lines and next action. ``server_known``
     False (a target without netgain telemetry): the server is not judged, its kind is ``unknown``
-    unless the load generator's own kind applies."""
+    unless the load generator's own kind applies. ``missed`` says how the run missed its SLO (then
+    the server is never ``unsaturated``); ``shed`` counts RESOURCE_EXHAUSTED answers."""
     gen_ev: list[str] = []
     worker = cpu.get("worker_max")
     lag_bad = send_lag_p99_ms is not None and send_lag_p99_ms > max_send_lag_ms
@@ -351,7 +407,7 @@ def classify(
     gen_ev.append(f"send lag p99 {_fmt(send_lag_p99_ms)} ms vs limit {max_send_lag_ms:g} ms")
     gen_ev.append(f"load worker CPU max {_fmt(worker)} core (saturated at {WORKER_CPU_SATURATED})")
     if server_known:
-        server, srv_ev = _server(gpu, cpu, queue, device)
+        server, srv_ev = _server(gpu, cpu, queue, device, missed, shed)
     else:
         server = {"kind": "unknown", "resource": "server", "action": ACTIONS["unknown"], "measured": False}
         srv_ev = [
@@ -364,8 +420,8 @@ def classify(
         # Drops at the in-flight cap bound the backlog, so it stops growing: judge the server as if
         # its backlog had kept growing; a saturated resource then says the target caused them.
         held = server
-        if not behind and server["kind"] == "unsaturated":
-            held, held_ev = _server(gpu, cpu, {**queue, "pressure": True}, device)
+        if not behind and (server["kind"] == "unsaturated" or not server["measured"]):
+            held, held_ev = _server(gpu, cpu, {**queue, "pressure": True}, device, missed, shed)
             if held["measured"]:
                 server = held
                 srv_ev = [

@@ -22,6 +22,9 @@ RATIOS = {
     "process_cpu_seconds_total": "netgain_process_cpu_ratio",
     "netgain_thread_cpu_seconds_total": "netgain_thread_cpu_ratio",
     "netgain_kernel_busy_seconds_total": "netgain_kernel_busy_ratio",
+    # the load generator's host (its busy and steal time) and the load generator's own processes
+    "netgain_host_cpu_seconds_total": "netgain_host_cpu_ratio",
+    "netgain_loadgen_cpu_seconds_total": "netgain_loadgen_cpu_ratio",
 }
 INSTANCES = "netgain_device_instances"  # the kernel busy ratio is per instance
 

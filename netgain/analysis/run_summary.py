@@ -199,6 +199,8 @@ def _resources(
     dropped: int,
     warnings: list[str],
     span_log: str | Path | None = None,
+    missed: str | None = None,
+    shed: int = 0,
 ) -> dict[str, Any]:
     """GPU, CPU and queue over the window from the scraped samples, and the bottleneck they point to."""
     samples = load_samples(run_dir)
@@ -217,6 +219,8 @@ def _resources(
         max_send_lag_ms=max_lag,
         dropped=dropped,
         server_known=server_measured(meta),
+        missed=missed,
+        shed=shed,
     )
     return {"series": ser, "gpu": gpu, "cpu": cpu, "queue": queue, "device": device, "bottleneck": bott}
 
@@ -389,8 +393,12 @@ def analyze(
     thr, n_done, thr_draws = _throughput(rows, bootstrap, rng)
     phases_ms, tail = _phases(rows, service, lat_sorted, latency)
     valid, reasons = _validity(meta, send_lag, st["dropped"])
-    res = _resources(run_dir, meta, rows, send_lag, st["dropped"], warnings, span_log)
     slo_held = _slo_held(slo, latency["p99"], cfg.get("max_error_rate"), st["error_rate"], warnings)
+    missed = None if slo_held is not False else _missed(latency["p99"], slo or 0.0)
+    if slo_held is False and latency["p99"] is not None and latency["p99"] <= (slo or 0.0):
+        missed = f"error rate {st['error_rate']:.4f} > max_error_rate {cfg.get('max_error_rate')}"
+    shed = st["statuses"].get("RESOURCE_EXHAUSTED", 0)
+    res = _resources(run_dir, meta, rows, send_lag, st["dropped"], warnings, span_log, missed, shed)
     costs = _cost(
         meta,
         rows,
