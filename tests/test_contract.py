@@ -56,7 +56,7 @@ def test_load_side_imports_neither_torch_nor_the_server() -> None:
     # Building every built-in model's payloads included: they come from the contract.
     build = (
         "from netgain.loadgen.payloads import PayloadFactory\n"
-        "for model in ('image', 'text', 'tabular', 'null'):\n"
+        "for model in ('image', 'text', 'tabular', 'null', 'resnet50', 'bert-base'):\n"
         "    PayloadFactory(model, seed=1).request_bytes(0, 2000, 2)\n"
     )
     assert _pulled(LOAD_SIDE, build) == []
@@ -94,7 +94,8 @@ def test_builtin_models_are_the_servers() -> None:
 def test_bad_payload_option_and_unknown_model() -> None:
     with pytest.raises(ValueError, match="handler option features='x' is not an integer"):
         PayloadFactory("tabular", {"features": "x"})
-    with pytest.raises(ValueError, match="unknown model 'nope': use one of image, null, tabular, text"):
+    names = "bert-base, image, null, resnet50, tabular, text"
+    with pytest.raises(ValueError, match=f"unknown model 'nope': use one of {names}"):
         PayloadFactory("nope")
 
 

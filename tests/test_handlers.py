@@ -40,7 +40,7 @@ def png_declaring(width: int, height: int) -> bytes:
 # -- loader ----------------------------------------------------------------------------------------
 class TestLoader:
     def test_builtins_and_module_class(self) -> None:
-        assert set(BUILTIN) == {"image", "text", "tabular", "null"}
+        assert set(BUILTIN) == {"image", "text", "tabular", "null", "resnet50", "bert-base"}
         assert resolve_handler_class("image") is ImageHandler
         assert resolve_handler_class("netgain.server.handlers.null:NullHandler") is NullHandler
         h = create_handler("tabular", {"features": "4"}, seed=3)
@@ -49,7 +49,11 @@ class TestLoader:
     @pytest.mark.parametrize(
         ("spec", "message"),
         [
-            ("resnet", "unknown model 'resnet': use one of image, null, tabular, text or module:Class"),
+            (
+                "resnet",
+                "unknown model 'resnet': use one of bert-base, image, null, resnet50, tabular, text "
+                "or module:Class",
+            ),
             ("no_such_module_xyz:Model", "cannot import handler module 'no_such_module_xyz'"),
             (
                 "collections:OrderedDict",

@@ -25,7 +25,8 @@ def add_parser(sub: Any) -> None:
         p,
         "--model",
         default="image",
-        help="built-in model (image, text, tabular, null) or module:Class of your own Handler",
+        help="built-in model (image, text, tabular, null; resnet50, bert-base at real size) or "
+        "module:Class of your own Handler",
     )
     flag(p, "--device", default="cpu", help="cpu, cuda, cuda:N or auto (cuda when available)")
     flag(

@@ -120,6 +120,9 @@ BUILTIN: dict[str, Callable[[Mapping[str, str]], Callable[[random.Random, int | 
     "null": _null,
     "tabular": _tabular,
     "text": _text,
+    # the reference models at real size take the same payloads as image and text
+    "resnet50": _image,
+    "bert-base": _text,
 }
 
 

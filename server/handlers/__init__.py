@@ -11,11 +11,15 @@ BUILTIN = {
     "tabular": "netgain.server.handlers.tabular:TabularHandler",
     "image": "netgain.server.handlers.image:ImageHandler",
     "text": "netgain.server.handlers.text:TextHandler",
+    # reference models at real size, random weights
+    "resnet50": "netgain.server.handlers.resnet:ResNet50Handler",
+    "bert-base": "netgain.server.handlers.text:BertBaseHandler",
 }
 
 
 def resolve_handler_class(spec: str) -> type[Handler]:
-    """``image`` / ``text`` / ``tabular`` / ``null``, or ``package.module:Class`` for a user's handler.
+    """``image`` / ``text`` / ``tabular`` / ``null`` / ``resnet50`` / ``bert-base``, or
+    ``package.module:Class`` for a user's handler.
 
     User handlers are loaded only from an explicit ``module:Class`` path, never guessed.
     """

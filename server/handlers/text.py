@@ -48,23 +48,38 @@ def build_tokenizer(max_len: int) -> Any:  # a tokenizers.Tokenizer
 class TextHandler(Handler):
     """Options: ``max_len`` (tokens, default 128), ``layers`` (6), ``d_model`` (384), ``heads`` (6),
     ``classes`` (2), ``pad`` (``longest`` in the batch, or ``fixed`` to max_len for fixed shapes),
-    ``max_bytes`` (largest payload accepted, default 1 MiB).
+    ``activation`` (``relu`` or ``gelu``), ``vocab`` (embedding rows, at least the tokenizer's
+    vocabulary; default: its size), ``max_bytes`` (largest payload accepted, default 1 MiB). The
+    feed-forward width is 4 x d_model. A subclass changes the defaults (``DEFAULTS``): bert-base.
 
     Only the first ``CHARS_PER_TOKEN * max_len`` characters are tokenised (the model sees the first
     ``max_len`` tokens of them), so a payload's CPU cost is bounded whatever its size."""
 
     name = "text"
+    DEFAULTS: dict[str, int | str] = {
+        "max_len": 128,
+        "layers": 6,
+        "d_model": 384,
+        "heads": 6,
+        "vocab": 0,
+        "pad": "longest",
+        "activation": "relu",
+    }
 
     def __init__(self, options: dict[str, str] | None = None, seed: int = 0) -> None:
         super().__init__(options, seed)
-        self.max_len = self.int_option("max_len", 128, lo=4, hi=8192)
-        self.layers = self.int_option("layers", 6, hi=96)
-        self.d_model = self.int_option("d_model", 384, lo=8, hi=16384)
-        self.heads = self.int_option("heads", 6, hi=256)
+        d = self.DEFAULTS
+        self.max_len = self.int_option("max_len", int(d["max_len"]), lo=4, hi=8192)
+        self.layers = self.int_option("layers", int(d["layers"]), hi=96)
+        self.d_model = self.int_option("d_model", int(d["d_model"]), lo=8, hi=16384)
+        self.heads = self.int_option("heads", int(d["heads"]), hi=256)
         self.classes = self.int_option("classes", 2, hi=1 << 16)
-        pad = self.options.get("pad", "longest")
+        pad = self.options.get("pad", str(d["pad"]))
         if pad not in ("longest", "fixed"):
             raise ValueError(f"handler option pad={pad!r}: use longest or fixed")
+        self.activation = self.options.get("activation", str(d["activation"]))
+        if self.activation not in ("relu", "gelu"):
+            raise ValueError(f"handler option activation={self.activation!r}: use relu or gelu")
         if self.d_model % self.heads:
             raise ValueError(f"handler option d_model={self.d_model} is not divisible by heads={self.heads}")
         self.pad_fixed = pad == "fixed"
@@ -73,19 +88,25 @@ class TextHandler(Handler):
         self.max_chars = CHARS_PER_TOKEN * self.max_len
         self.tokenizer = build_tokenizer(self.max_len)
         self.vocab_size = self.tokenizer.get_vocab_size()
+        # Rows past the tokenizer's vocabulary are never looked up: they size the embedding as a
+        # real model's vocabulary would (memory, not compute).
+        rows = self.int_option("vocab", int(d["vocab"]), lo=0, hi=1 << 22)
+        self.embedding_rows = max(self.vocab_size, rows)
 
     def build_model(self) -> Any:
         import torch
         from torch import nn
 
-        d, max_len = self.d_model, self.max_len
+        d, max_len, activation = self.d_model, self.max_len, self.activation
 
         class Encoder(nn.Module):
             def __init__(self, vocab: int, layers: int, heads: int, classes: int) -> None:
                 super().__init__()
                 self.embed = nn.Embedding(vocab, d, padding_idx=0)
                 self.pos = nn.Parameter(torch.randn(1, max_len, d) * 0.02)
-                layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
+                layer = nn.TransformerEncoderLayer(
+                    d, heads, 4 * d, dropout=0.0, activation=activation, batch_first=True
+                )
                 self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
                 self.head = nn.Linear(d, classes)
 
@@ -98,7 +119,7 @@ class TextHandler(Handler):
 
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            return Encoder(self.vocab_size, self.layers, self.heads, self.classes).eval()
+            return Encoder(self.embedding_rows, self.layers, self.heads, self.classes).eval()
 
     def preprocess(self, item: pb.Input) -> Any:
         import torch
@@ -143,3 +164,20 @@ class TextHandler(Handler):
     def example_input(self, rng: random.Random, size: int | None = None) -> pb.Input:
         """Text of about ``size`` bytes (default 400, about 80 tokens)."""
         return pb.Input(data=text_bytes(rng, size))
+
+
+class BertBaseHandler(TextHandler):
+    """A BERT-base-sized encoder with random weights: 12 layers, hidden 768, 12 heads, feed-forward
+    3072, GELU, a 30,522-row embedding, every request padded to 128 tokens (fixed shapes, as BERT
+    is usually served). The same tokenizer and options as ``text``; only the defaults differ."""
+
+    name = "bert-base"
+    DEFAULTS: dict[str, int | str] = {
+        **TextHandler.DEFAULTS,
+        "layers": 12,
+        "d_model": 768,
+        "heads": 12,
+        "vocab": 30522,
+        "pad": "fixed",
+        "activation": "gelu",
+    }
