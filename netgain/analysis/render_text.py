@@ -37,8 +37,9 @@ def headline(r: dict[str, Any]) -> list[str]:
         )
         lines += [f"  - {x}" for x in v["reasons"]]
     failed = r.get("failed_headline") or ""
+    partial = "PARTIAL RUN (interrupted), " if r.get("interrupted") else ""
     lines.append(
-        f"RUN: {'VALID' if r['valid'] else 'INVALID'}"
+        f"RUN: {partial}{'VALID' if r['valid'] else 'INVALID'}"
         + ("" if r["valid"] else " - " + "; ".join(r.get("invalid_reasons") or []))
         + (f" - {failed}" if failed else "")
     )
@@ -149,6 +150,7 @@ def run_markdown(r: dict[str, Any], title: str) -> list[str]:
         f"## {title}",
         "",
         f"Run `{r.get('run_dir')}` on **{r.get('device')}**, "
+        f"{'PARTIAL RUN (interrupted), ' if r.get('interrupted') else ''}"
         f"{'VALID' if r['valid'] else 'INVALID'}, bottleneck **{bottleneck_words(r['bottleneck'])}**.",
         "",
     ]

@@ -228,6 +228,8 @@ def _validity(meta: dict[str, Any], send_lag: dict[str, Any], dropped: int) -> t
     reasons = [str(r) for r in validity.get("reasons") or []]
     if validity.get("valid") is False and not reasons:
         reasons.append("meta.json marks the run invalid")
+    if meta.get("interrupted_at_s") is not None and not any("interrupted" in r for r in reasons):
+        reasons.insert(0, f"interrupted at {float(meta['interrupted_at_s']):.1f} s (Ctrl-C): a partial run")
     if send_lag["p99"] is not None and send_lag["p99"] > max_lag:
         reasons.append(
             f"send lag p99 {send_lag['p99']:.3f} ms > max_send_lag_ms {max_lag:g}: "
@@ -442,6 +444,8 @@ def analyze(
         "cost": costs["cost"],
         "bottleneck": res["bottleneck"],
         "valid": valid,
+        # a run stopped by Ctrl-C: its rows are all there, but it is partial (never valid evidence)
+        "interrupted": meta.get("interrupted_at_s") is not None,
         "invalid_reasons": reasons,
         "warnings": [f"INVALID: {r}" for r in reasons] + warnings,
         "window_s": {"start": t0, "end": t1, "duration": rows.dur},
