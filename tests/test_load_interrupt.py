@@ -44,8 +44,21 @@ def test_ctrl_c_to_the_process_group_writes_every_row_and_an_interrupted_meta(
     with open(err, "wb") as fh_err, open(tmp_path / "stdout.txt", "wb") as fh_out:
         proc = subprocess.Popen(
             netgain_cmd(
-                "load", "--target", server.target, "--rate", "20", "--duration", "60", "--warmup-s", "0",
-                "--workers", "2", "--out", str(out), "--max-send-lag-ms", "1000",
+                "load",
+                "--target",
+                server.target,
+                "--rate",
+                "20",
+                "--duration",
+                "60",
+                "--warmup-s",
+                "0",
+                "--workers",
+                "2",
+                "--out",
+                str(out),
+                "--max-send-lag-ms",
+                "1000",
             ),
             stdout=fh_out,
             stderr=fh_err,
