@@ -11,6 +11,7 @@ so it needs this file too. docs/server.md, "Handlers: your own model", describes
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
@@ -55,7 +56,7 @@ class ReviewScorer(Handler):
             raise InvalidInput(f"review is not UTF-8 ({exc.reason} at byte {exc.start})") from None
         counts = torch.zeros(self.buckets)
         raw = text.encode()
-        for a, b in zip(raw, raw[1:], strict=False):
+        for a, b in itertools.pairwise(raw):
             counts[(a * 31 + b) % self.buckets] += 1.0
         return counts / max(1, len(raw))
 

@@ -45,8 +45,7 @@ def test_example_handler_serves_loads_and_reports_from_its_own_directory(tmp_pat
     finds it there (no PYTHONPATH), `netgain load` drives it, `netgain report` reports it."""
     shutil.copy(EXAMPLE, tmp_path / "handler_example.py")
     ports = tmp_path / "ports.json"
-    out, err = open(tmp_path / "stdout.txt", "wb"), open(tmp_path / "stderr.txt", "wb")
-    with out, err:
+    with open(tmp_path / "stdout.txt", "wb") as out, open(tmp_path / "stderr.txt", "wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-P", "-m", "netgain.cli", "serve", "--model", "handler_example:ReviewScorer",
              "--host", "127.0.0.1", "--port", "0", "--metrics-port", "0", "--ports-file", str(ports)],
