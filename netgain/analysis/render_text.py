@@ -17,7 +17,9 @@ def num(x: Any, digits: int = 3) -> str:
     if isinstance(x, int):
         return str(x)
     if isinstance(x, float):
-        return f"{x:.{digits}f}" if abs(x) >= 10**-digits or x == 0 else f"{x:.3g}"
+        if abs(x) < 1e-9:  # float rounding of a zero (a difference of equal sums): never "-2.2e-17"
+            return f"{0.0:.{digits}f}"
+        return f"{x:.{digits}f}" if abs(x) >= 10**-digits else f"{x:.3g}"
     return str(x)
 
 
@@ -207,7 +209,8 @@ def run_markdown(r: dict[str, Any], title: str) -> list[str]:
         "### Cost",
         "",
         f"- cost per 1k at SLO: {num(r.get('cost_per_1k'), 6)} "
-        f"(measured throughput: {num(cost.get('cost_per_1k_measured'), 6)}); {cost.get('note') or ''}",
+        f"(measured throughput: {num(cost.get('cost_per_1k_measured'), 6)})"
+        + (f"; {cost['note']}" if cost.get("note") else ""),
     ]
     if auto:
         md.append(
