@@ -142,7 +142,7 @@ def line(c: dict[str, Any]) -> str:
     if c.get("outcome") == "crossover":
         head = f"CROSSOVER at {_rate(c['crossover_rps'])}"
     elif c.get("outcome") == "not_within_rates":  # the reason starts with the words: said once
-        return f"CROSSOVER: {c.get('reason')}; {who}"
+        return f"CROSSOVER: {c.get('reason')} ({who})"
     else:
         head = "CROSSOVER: INCONCLUSIVE"
     return f"{head} ({who}): {c.get('reason')}"
