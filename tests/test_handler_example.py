@@ -111,7 +111,7 @@ class RejectsOwn(WrongType):
         ("Unfinished", "mine:Unfinished.example_input is not implemented"),
         ("WrongType", "mine:WrongType.example_input returned bytes, not an Input"),
         ("RejectsOwn", "mine:RejectsOwn.preprocess(example_input()) raised KeyError: 'vocab'"),
-        ("Missing", "module 'mine'"),
+        ("Missing", "has no class 'Missing'"),
     ],
 )
 def test_a_broken_handler_is_refused_at_start_up_in_one_line(tmp_path: Path, cls: str, says: str) -> None:
