@@ -4,6 +4,7 @@ the schedule, drains or cancels the requests in flight, writes every row and met
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -95,6 +96,11 @@ def test_ctrl_c_to_the_process_group_writes_every_row_and_an_interrupted_meta(
     rep = netgain("report", str(out))
     assert rep.returncode == 0, rep.stderr + rep.stdout
     assert "PARTIAL RUN (interrupted)" in rep.stdout and "INVALID" in rep.stdout
+    # measured up to the Ctrl-C, and the requests it cut off are not reported as failures
+    report = json.loads((out / "report.json").read_text())
+    assert report["interrupted"] is True
+    assert report["window_s"]["end"] == pytest.approx(m["interrupted_at_s"])
+    assert "REQUESTS FAILED" not in rep.stdout and "TARGET WENT AWAY" not in rep.stdout
     # The next run needs a new --out (or --force), as after any finished run.
     again = netgain("load", "--target", server.target, "--out", str(out))
     assert again.returncode == 2 and "already holds a run" in again.stderr

@@ -60,6 +60,14 @@ def window(meta: dict[str, Any], scheduled_s: np.ndarray, warmup_s: float | None
         end = float(trace["duration_s"])
     else:
         end = float(scheduled_s.max()) if len(scheduled_s) else start
+    stop = meta.get("interrupted_at_s")
+    if stop is not None:  # a partial run is measured up to its Ctrl-C, not over the schedule it never ran
+        end = min(end, float(stop))
+        if end <= start:
+            raise AnalysisError(
+                f"the run was interrupted at {float(stop):.1f} s, within its warm-up ({start:g} s): nothing "
+                "was measured; run `netgain load` again"
+            )
     if end <= start:
         raise AnalysisError(
             f"the warm-up ({start:g} s) leaves no measured window (the schedule ends at {end:g} s): "
@@ -379,6 +387,8 @@ def analyze(
     req = _load(run_dir, warmup_s, span_log, warnings)
     t0, t1 = window(meta, req.scheduled_s, warmup_s)
     measured = ~req.warmup
+    if meta.get("interrupted_at_s") is not None:
+        measured &= req.scheduled_s < t1
     ok = measured & req.status_mask("OK") & ~np.isnan(req.latency_ms)
     rows = _Rows(req, measured, ok, t0, t1)
     rng = np.random.default_rng(seed)  # drawn from in this order: p99, then throughput
