@@ -59,7 +59,7 @@ class TestLoader:
                 "collections:OrderedDict",
                 "'collections:OrderedDict' is not a subclass of netgain.server.handlers.Handler",
             ),
-            ("netgain.server.handlers.null:Missing", "is not a subclass of netgain.server.handlers.Handler"),
+            ("netgain.server.handlers.null:Missing", "has no class 'Missing'"),
             ("netgain.server.handlers.base:argmax_output", "is not a subclass"),
         ],
     )

@@ -154,6 +154,8 @@ class Engine:
         self._next = 0  # open loop: the next request to send
         self._tasks: set[asyncio.Task[None]] = set()
         self._all_sent: asyncio.Future[None] | None = None
+        self._calls: set[Any] = set()  # gRPC calls in flight, cancelled when a stop's drain runs out
+        self.stopping = False
         self._cpu_mark = self._run_mark = self._mark()
 
     def prepare(self) -> None:
@@ -167,6 +169,8 @@ class Engine:
 
     def add_part(self, data: dict[str, Any], bodies: list[bytes] | None = None) -> None:
         """The next part of the shard (a CHUNK frame's data; ``bodies`` built already, or here)."""
+        if self.stopping:
+            return
         index = np.frombuffer(data["index"], dtype=np.int64)
         t_ns = np.frombuffer(data["t_ns"], dtype=np.int64)
         items = np.frombuffer(data["items"], dtype=np.int32)
@@ -178,6 +182,23 @@ class Engine:
         if self._waiting:
             self._waiting = False
             asyncio.get_running_loop().call_soon(self._tick)
+
+    def stop(self, grace_s: float) -> None:
+        """The run was interrupted: send nothing more (the master writes NOT_SENT rows for the
+        rest), let the requests in flight finish for ``grace_s``, then cancel them (CANCELLED rows)."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self._parts.clear()
+        self._next = len(self.index)
+        self._more = self._waiting = False
+        if self._all_sent is not None and not self._all_sent.done():
+            self._all_sent.set_result(None)
+        asyncio.get_running_loop().call_later(max(0.0, grace_s), self._cancel_in_flight)
+
+    def _cancel_in_flight(self) -> None:
+        for call in list(self._calls):
+            call.cancel()
 
     def _advance(self) -> bool:
         """Whether a request is left to send, moving on to the next part when this one is spent."""
@@ -303,7 +324,7 @@ class Engine:
 
         async def user() -> None:
             nonlocal seq
-            while time.perf_counter_ns() < end:
+            while time.perf_counter_ns() < end and not self.stopping:
                 n, seq = seq, seq + 1
                 j = n % max(1, len(self.bodies))
                 now = time.perf_counter_ns() - self.epoch_perf_ns
@@ -329,6 +350,7 @@ class Engine:
             metadata=((REQUEST_ID_KEY, f"{self.plan.run_id}-{idx}"),),
             timeout=self.plan.timeout_s,
         )
+        self._calls.add(call)
         return call, sent, idx, target
 
     async def _complete(
@@ -340,6 +362,11 @@ class Engine:
             status, resp_bytes = "OK", len(raw)
         except grpc.aio.AioRpcError as exc:
             status, resp_bytes, md = exc.code().name, 0, exc.trailing_metadata()
+        except asyncio.CancelledError:
+            if not (self.stopping and call.cancelled()):
+                raise
+            status, resp_bytes, md = "CANCELLED", 0, None  # drained too long after an interrupt
+        self._calls.discard(call)
         done = time.perf_counter_ns() - self.epoch_perf_ns
         self.in_flight -= 1
         self.sent += 1
@@ -433,7 +460,9 @@ def _read_parts(engine: Engine, loop: asyncio.AbstractEventLoop, inp: IO[bytes])
     the run."""
     while (frame := frames.read_frame(inp)) is not None:
         kind, data = frame
-        if kind == frames.CHUNK:
+        if kind == frames.STOP:
+            loop.call_soon_threadsafe(engine.stop, float(data.get("grace_s", 0.0)))
+        elif kind == frames.CHUNK:
             bodies = engine.build(
                 np.frombuffer(data["index"], dtype=np.int64),
                 np.frombuffer(data["size"], dtype=np.int64),
@@ -464,7 +493,7 @@ def main() -> int:
         return 1
     frames.write_frame(out, frames.READY, {"requests": len(engine.bodies)})
     go = frames.read_frame(inp)
-    if go is None or go[0] != frames.GO:
+    if go is None or go[0] != frames.GO:  # STOP before GO: interrupted before the run began
         return 0
     _lower_timer_slack()
     # gRPC's poller thread needs the GIL for every completion: a short switch interval lets it in.

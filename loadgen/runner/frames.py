@@ -2,7 +2,7 @@
 
 A frame is a 4-byte big-endian length and a msgpack array ``[kind, data]``; the kinds are the
 message names of ``netgain.contract.messages`` (``PLAN``, ``READY``, ``GO``, ``CHUNK``,
-``RECORDS``, ``DONE``).
+``RECORDS``, ``DONE``, ``STOP``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,20 @@ from typing import IO, Any
 
 import msgpack
 
-from netgain.contract.messages import CHUNK, DONE, GO, PLAN, READY, RECORDS
+from netgain.contract.messages import CHUNK, DONE, GO, PLAN, READY, RECORDS, STOP
 
-__all__ = ["CHUNK", "DONE", "GO", "PLAN", "READY", "RECORDS", "read_exact", "read_frame", "write_frame"]
+__all__ = [
+    "CHUNK",
+    "DONE",
+    "GO",
+    "PLAN",
+    "READY",
+    "RECORDS",
+    "STOP",
+    "read_exact",
+    "read_frame",
+    "write_frame",
+]
 _HEADER = struct.Struct(">I")
 
 

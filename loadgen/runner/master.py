@@ -9,6 +9,7 @@ schedule dealt), ``sink`` (records to Parquet), ``live`` (progress lines, client
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import uuid
@@ -18,7 +19,7 @@ import gevent
 from prometheus_client import CollectorRegistry
 
 from netgain.contract import rundir as files
-from netgain.contract.messages import CHUNK, DONE, GO, HELLO, PLAN, READY, RECORDS
+from netgain.contract.messages import CHUNK, DONE, GO, HELLO, PLAN, READY, RECORDS, STOP
 from netgain.loadgen.runner import endpoints, results
 from netgain.loadgen.runner.config import LoadConfig
 from netgain.loadgen.runner.hoststat import HostSampler
@@ -26,14 +27,17 @@ from netgain.loadgen.runner.live import ClientMetrics, LiveStats
 from netgain.loadgen.runner.meta import build_meta
 from netgain.loadgen.runner.plans import SEND_AHEAD_S, Dealer, first_plans, shard_arrays
 from netgain.loadgen.runner.probe import probe_oip_target, probe_target
-from netgain.loadgen.runner.results import EXIT_INVALID, EXIT_OK, EXIT_SLO
+from netgain.loadgen.runner.results import EXIT_INTERRUPTED, EXIT_INVALID, EXIT_OK, EXIT_SLO
 from netgain.loadgen.runner.scrape import Samples
 from netgain.loadgen.runner.sink import RecordSink
 from netgain.loadgen.runner.wire import decode_records
-from netgain.loadgen.runner.worker_pool import WorkerPool
+from netgain.loadgen.runner.worker_pool import Interrupted, WorkerPool
 from netgain.loadgen.stream import StreamedSchedule
 
-__all__ = ["EXIT_INVALID", "EXIT_OK", "EXIT_SLO", "LoadConfig", "Master", "build_meta"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_INVALID", "EXIT_OK", "EXIT_SLO", "LoadConfig", "Master", "build_meta"]
+
+
+DRAIN_S = 2.0  # after a Ctrl-C, requests in flight get this long (at most --timeout-s) to answer
 
 
 class Master:
@@ -63,6 +67,8 @@ class Master:
         self.dealer = Dealer(schedule, self.workers.total)
         self.samples = Samples(os.path.join(cfg.out, files.SAMPLES))
         self.host = HostSampler()
+        self.interrupted_at: float | None = None  # seconds since the epoch of the first Ctrl-C
+        self._stop_sent = False
 
     def log(self, message: str) -> None:
         if not self.cfg.quiet:
@@ -86,13 +92,19 @@ class Master:
             self.live.worker_cpu[worker] = float(cpu)
             self.samples.add(self._now_s(), f"worker:{worker}", "netgain_client_worker_cpu_ratio", float(cpu))
 
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        """The first Ctrl-C stops the run in order (every row and meta.json are written); a
+        second one aborts."""
+        if self.interrupted_at is not None:
+            raise KeyboardInterrupt
+        self.interrupted_at = max(0.0, self._now_s())
+        self.workers.interrupted = True
+
     def _now_s(self) -> float:
         return (time.time_ns() - self.epoch_ns) / 1e9 if self.epoch_ns else 0.0
 
     # -- run ---------------------------------------------------------------------------------
     def run(self) -> int:
-        from locust.env import Environment
-
         cfg = self.cfg
         probed = cfg.targets if cfg.probe == "all" else cfg.targets[:1]
         infos = [
@@ -107,6 +119,16 @@ class Master:
         # Which requests have rows is the dealer's to know, over the window it deals.
         self.sink = RecordSink(os.path.join(cfg.out, files.REQUESTS), None)
         model = cfg.model or infos[0].handler or infos[0].model
+        previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            return self._run(infos, model)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _run(self, infos: list[Any], model: str) -> int:
+        from locust.env import Environment
+
+        cfg = self.cfg
         env = Environment(user_classes=[], events=None)
         self.env = env
         runner = env.create_master_runner(cfg.master_bind_host, cfg.master_bind_port)
@@ -139,6 +161,8 @@ class Master:
             self.workers.await_connected(runner)
             self._deal(runner, model, infos[0])
             self._watch(runner, infos)
+        except Interrupted:  # before the run began: nothing was sent, every row is NOT_SENT
+            self.log("interrupted before the run began; writing the run directory")
         finally:
             runner.quit()
             if web_ui is not None:
@@ -180,7 +204,10 @@ class Master:
     def _deal_more(self, runner: Any) -> None:
         """Deal the chunks due within SEND_AHEAD_S to the workers not lost; drop the dealt chunks
         whose rows are all in (writing rows for a lost worker's requests)."""
-        chunks = self.dealer.take(int((self._now_s() + SEND_AHEAD_S) * 1e9))
+        if self.interrupted_at is not None:  # nothing more is dealt; rows still come in
+            chunks = []
+        else:
+            chunks = self.dealer.take(int((self._now_s() + SEND_AHEAD_S) * 1e9))
         if chunks:
             more = self.dealer.more
             for cid, i in self.workers.index_of.items():
@@ -212,6 +239,15 @@ class Master:
         while not self.workers.finished():
             gevent.sleep(0.25)
             now = time.monotonic()
+            if self.interrupted_at is not None and not self._stop_sent:
+                self._stop_sent = True
+                grace = min(DRAIN_S, cfg.timeout_s)
+                self.log(
+                    f"interrupted at {self.interrupted_at:.1f} s: no more requests are sent; those in "
+                    f"flight get {grace:g} s, then are cancelled (Ctrl-C again to abort without writing)"
+                )
+                runner.send_message(STOP, {"grace_s": grace})
+                hard_stop = min(hard_stop, now + grace + 15.0)
             self.workers.check_lost(runner, self._now_s())
             if cfg.mode == "open":
                 self._deal_more(runner)
@@ -243,5 +279,7 @@ class Master:
         d = self.dealer
         counts = results.count(scheduled, self.live, d.not_sent, d.worker_lost, self.sink.written)
         reasons = results.invalid_reasons(cfg, self.live, counts, workers.lost, workers.cpu())
+        if self.interrupted_at is not None:
+            reasons.insert(0, results.interrupted_reason(self.interrupted_at, cfg.warmup_s + cfg.duration_s))
         files.write_meta(cfg.out, build_meta(cfg, self, infos, model, counts, reasons))
-        return results.verdict(cfg, self.live, counts, reasons)
+        return results.verdict(cfg, self.live, counts, reasons, interrupted=self.interrupted_at is not None)

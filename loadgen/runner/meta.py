@@ -77,6 +77,8 @@ def build_meta(
         },
         "counts": counts,
         "validity": {"valid": not reasons, "reasons": reasons},
+        # seconds since the epoch of the Ctrl-C that stopped the run; absent for a run that ran out
+        **({"interrupted_at_s": master.interrupted_at} if master.interrupted_at is not None else {}),
     }
 
 

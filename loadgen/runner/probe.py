@@ -12,6 +12,19 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from netgain.errors import NetgainError
 from netgain.protos import InferenceStub, pb
 
+# What gRPC says when the port answers, but not in HTTP/2 (an HTTP/1 server such as /metrics).
+_NOT_GRPC = ("failed parsing http/2", "http1.x server", "expected settings frame")
+
+
+def not_grpc(target: str, exc: grpc.RpcError) -> NetgainError | None:
+    """The error for a port that answered in another protocol than gRPC; waiting will not mend it."""
+    if not any(s in str(exc.details()).lower() for s in _NOT_GRPC):
+        return None
+    return NetgainError(
+        f"target {target} is not a gRPC server (it answers, but not in HTTP/2: the metrics port?); "
+        "--target takes the gRPC port `netgain serve` printed (default 50051)"
+    )
+
 
 def channel_for(target: str, tls_ca: str | None = None) -> grpc.Channel:
     if tls_ca:
@@ -47,6 +60,9 @@ def probe_target(
                 last = f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)}"
             except grpc.RpcError as exc:
                 last = f"{exc.code().name}: {exc.details()}"
+                wrong = not_grpc(target, exc)
+                if wrong is not None:
+                    raise wrong from None
                 refused = "refused" in str(exc.details()).lower()
                 if refused and refused_grace_s is not None and time.monotonic() - start >= refused_grace_s:
                     raise NetgainError(
@@ -127,6 +143,9 @@ def probe_oip_target(
                     break
                 last = f"model {model_name!r} is not ready"
             except grpc.RpcError as exc:
+                wrong = not_grpc(target, exc)
+                if wrong is not None:
+                    raise wrong from None
                 last = _rpc_error(exc)
             unknown, state = _oip_model_state(stub, model_name)
             if unknown:  # a ready server that does not know the model: waiting will not mend it

@@ -15,6 +15,7 @@ from netgain.loadgen.runner.live import LiveStats
 from netgain.loadgen.schedule import Schedule
 
 EXIT_OK, EXIT_INVALID, EXIT_SLO, EXIT_FAILED = 0, 3, 4, 5
+EXIT_INTERRUPTED = 130  # Ctrl-C: every row and meta.json written, the run marked interrupted
 
 
 def fill_missing(
@@ -109,7 +110,17 @@ def invalid_reasons(
     return reasons
 
 
-def verdict(cfg: LoadConfig, live: LiveStats, counts: dict[str, int], reasons: list[str]) -> int:
+def interrupted_reason(at_s: float, total_s: float) -> str:
+    """The validity reason of a run stopped by Ctrl-C (``netgain report`` reads it as a partial run)."""
+    return f"{INTERRUPTED} at {at_s:.1f} s of {total_s:g} s (Ctrl-C): a partial run, not evidence"
+
+
+INTERRUPTED = "interrupted"
+
+
+def verdict(
+    cfg: LoadConfig, live: LiveStats, counts: dict[str, int], reasons: list[str], interrupted: bool = False
+) -> int:
     """Print the run's one-line result (and an SLO failure) on stdout; return the exit status."""
     # Read from the histogram: at most 1 % high, on the SLO's side of it (the check is exact).
     # Labelled: "run" counts are the whole run's, warm-up included; "measured ok latency" is the
@@ -123,6 +134,12 @@ def verdict(cfg: LoadConfig, live: LiveStats, counts: dict[str, int], reasons: l
         f"p99 {p99:.2f} ms | {line}" + (f" | {gone}" if gone else ""),
         flush=True,
     )
+    if interrupted:
+        print(
+            f"netgain load: PARTIAL RUN (interrupted): {counts['rows']} rows and meta.json written",
+            flush=True,
+        )
+        return EXIT_INTERRUPTED
     if reasons:
         return EXIT_INVALID
     # Failed measured requests exit 5 unless --max-error-rate says how many may fail (then 4); a

@@ -10,18 +10,22 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
 import gevent
 from gevent import subprocess
 
-from netgain.contract.messages import CHUNK, DONE, GO, HELLO, PLAN, READY, RECORDS, SURPLUS
+from netgain.contract.messages import CHUNK, DONE, GO, HELLO, PLAN, READY, RECORDS, STOP, SURPLUS
 from netgain.loadgen.runner import frames
 from netgain.loadgen.runner.wire import encode_records
 
 log = logging.getLogger("netgain.loadgen")
 SURPLUS_EXIT = 3  # the master has every worker it expects: this one was not used
+# Set by the master on the workers it starts: a Ctrl-C reaches the whole process group, and the
+# master alone decides how the run stops (it tells the workers with STOP).
+LOCAL_WORKER_ENV = "NETGAIN_LOAD_LOCAL_WORKER"
 
 
 def fire_request_events(events: Any, cols: dict[str, Any]) -> None:
@@ -66,6 +70,11 @@ class EngineLink:
     def chunk(self, data: dict[str, Any]) -> None:
         """The next part of the shard (open loop), straight on to the engine."""
         frames.write_frame(self.stdin, frames.CHUNK, data)
+
+    def stop(self, grace_s: float) -> None:
+        """Interrupted: the engine sends no more and drains its requests in flight."""
+        if self.started and self.proc.poll() is None:
+            frames.write_frame(self.stdin, frames.STOP, {"grace_s": grace_s})
 
     def _relay(self) -> None:
         while True:
@@ -113,6 +122,8 @@ def run_worker(master_host: str, master_port: int) -> int:
     from locust.env import Environment
     from locust.rpc import Message
 
+    if os.environ.get(LOCAL_WORKER_ENV) == "1":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the sender engine it starts
     env = Environment(user_classes=[], events=None)
     runner = env.create_worker_runner(master_host, master_port)
     state: dict[str, EngineLink] = {}
@@ -138,6 +149,11 @@ def run_worker(master_host: str, master_port: int) -> int:
         if link is not None:
             link.chunk(msg.data)
 
+    def on_stop(environment: Any, msg: Any, **_: Any) -> None:
+        link = state.get("link")
+        if link is not None:
+            link.stop(float(msg.data.get("grace_s", 0.0)))
+
     def on_surplus(environment: Any, msg: Any, **_: Any) -> None:
         why = msg.data.get("why", "not needed by this run")
         print(f"netgain load --worker: error: {why}", file=sys.stderr, flush=True)
@@ -150,6 +166,7 @@ def run_worker(master_host: str, master_port: int) -> int:
     runner.register_message(SURPLUS, on_surplus)
     runner.register_message(CHUNK, on_chunk)
     runner.register_message(GO, on_go)
+    runner.register_message(STOP, on_stop)
     # Connecting can yield to Locust's receiving greenlet, so a plan sent as soon as we connect
     # could arrive before the handlers exist ("Unknown message type") and be lost: the master
     # deals plans only to workers that said hello.

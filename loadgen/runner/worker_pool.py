@@ -3,6 +3,7 @@ their READY and DONE messages kept, and the ones that vanish marked lost."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -13,6 +14,10 @@ import gevent
 
 from netgain.contract.messages import SURPLUS
 from netgain.errors import NetgainError
+
+
+class Interrupted(Exception):
+    """The user interrupted the run (Ctrl-C) while the master waited for its workers."""
 
 
 class WorkerPool:
@@ -29,6 +34,7 @@ class WorkerPool:
         self.last_seen: dict[int, float] = {}  # worker → monotonic time of its last records
         self.procs: list[subprocess.Popen[bytes]] = []
         self._runner: Any = None  # set once the workers are numbered: later hellos are surplus
+        self.interrupted = False  # set by the master's SIGINT handler: stop waiting
 
     # -- message handlers (run in the master's receive greenlet) -------------------------
     def on_hello(self, environment: Any, msg: Any, **_: Any) -> None:
@@ -73,7 +79,10 @@ class WorkerPool:
             "--master-port",
             str(self.master_port),
         ]
-        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+        from netgain.loadgen.runner.worker import LOCAL_WORKER_ENV
+
+        env = {**os.environ, LOCAL_WORKER_ENV: "1"}
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env)
 
     def await_connected(self, runner: Any, timeout_s: float = 60.0) -> None:
         """Wait until every worker has said hello, then number them in client-id order."""
@@ -84,6 +93,8 @@ class WorkerPool:
             return sorted(cid for cid in runner.clients if cid in self.hello)
 
         while len(greeted()) < self.total:
+            if self.interrupted:
+                raise Interrupted
             if time.monotonic() > deadline:
                 raise NetgainError(
                     f"only {len(greeted())} of {self.total} workers connected within {timeout_s:.0f} s"
@@ -109,6 +120,8 @@ class WorkerPool:
         """Wait for every worker's READY (its payloads built); a worker's error fails the run."""
         deadline = time.monotonic() + timeout_s
         while len(self.ready) < self.total:
+            if self.interrupted:
+                raise Interrupted
             if time.monotonic() > deadline:
                 raise NetgainError(f"workers did not finish building payloads within {timeout_s:.0f} s")
             gevent.sleep(0.05)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,7 @@ def _unknown_columns(names: list[str], path: str, header_line: int | None) -> No
         raise TraceError(
             f"column {sizes[0]!r} looks like payload sizes, but a trace's size column is 'size' "
             f"(found {names}): rename it to 'size', or make the trace with `netgain trace import "
-            f"{Path(path).name} --time-column T --size-column {sizes[0]} --out FILE`",
+            f"{shlex.quote(path)} --time-column T --size-column {sizes[0]} --out FILE`",
             path=path,
             line=header_line,
         )
@@ -129,7 +130,7 @@ def _pick_time(names: list[str], path: str, header_line: int | None) -> str:
     if not present:
         times = [n for n in names if _looks_like(n, TIME_HINTS)]
         hint = (
-            f": is {times[0]!r} the arrival time? `netgain trace import {Path(path).name} "
+            f": is {times[0]!r} the arrival time? `netgain trace import {shlex.quote(path)} "
             f"--time-column {times[0]} [--size-column C] --out FILE` converts it"
             if times
             else "; `netgain trace import` converts an access log"

@@ -14,13 +14,17 @@ from netgain.loadgen.traces.model import Trace
 Bin = tuple[float, float, int]  # (low, high, count); low == high == 0 counts zeros
 
 
-def log_histogram(values: np.ndarray, bins: int = 10) -> list[Bin]:
-    """Counts in log-spaced bins between the smallest positive value and the largest; zeros first."""
+GAP_RESOLUTION_MS = 1e-6  # a nanosecond: gaps below it are float rounding of one instant
+
+
+def log_histogram(values: np.ndarray, bins: int = 10, zero_below: float = 0.0) -> list[Bin]:
+    """Counts in log-spaced bins between the smallest positive value and the largest; zeros first
+    (values at or below ``zero_below`` count as zeros)."""
     out: list[Bin] = []
-    zeros = int((values <= 0).sum())
+    zeros = int((values <= zero_below).sum())
     if zeros:
         out.append((0.0, 0.0, zeros))
-    pos = values[values > 0]
+    pos = values[values > zero_below]
     if pos.shape[0]:
         lo, hi = float(pos.min()), float(pos.max())
         if hi <= lo * 1.0001:
@@ -76,6 +80,11 @@ def rate_chart(rates: np.ndarray, bin_s: float, width: int = 60, height: int = 8
     return lines
 
 
+def source_words(source: str) -> str:
+    """A trace's source as a user names it: ``file:traffic.csv`` is the file ``traffic.csv``."""
+    return source.removeprefix("file:") if source else ""
+
+
 def summary_text(trace: Trace, info: dict[str, Any]) -> str:
     """The human summary of ``inspect_trace``'s result."""
     b = info["burstiness"]
@@ -83,7 +92,7 @@ def summary_text(trace: Trace, info: dict[str, Any]) -> str:
     cv = "n/a" if b["cv_interarrival"] is None else f"{b['cv_interarrival']:.3f}"
     iod = "n/a" if b["index_of_dispersion"] is None else f"{b['index_of_dispersion']:.3f}"
     lines = [
-        f"trace {info['source'] or '(no source)'}",
+        f"trace {source_words(info['source']) or '(no source)'}",
         f"  sha256 {info['digest']}",
         f"  {info['requests']:,} requests over {info['duration_s']:.3f} s: "
         f"mean {info['mean_rate']:.2f} req/s, "
@@ -102,7 +111,8 @@ def summary_text(trace: Trace, info: dict[str, Any]) -> str:
     lines += ["", f"rate over time (req/s, {_fmt(info['bin_s'])} s bins):"]
     lines += rate_chart(np.asarray(info["rate_per_bin"]), info["bin_s"])
     gaps = np.diff(trace.t_s) * 1e3
-    lines += ["", "inter-arrival times:", *_bars(_hist_rows(log_histogram(gaps), "ms"), gaps.shape[0])]
+    hist = log_histogram(gaps, zero_below=GAP_RESOLUTION_MS)
+    lines += ["", "inter-arrival times:", *_bars(_hist_rows(hist, "ms"), gaps.shape[0])]
     if (trace.size > 0).any():
         lines += [
             "",
@@ -164,7 +174,8 @@ def svg_plot(trace: Trace, info: dict[str, Any]) -> str:
     pw, ph = W - 2 * m, 200
     top = float(rates.max()) if rates.shape[0] and rates.max() > 0 else 1.0
     head = (
-        f"{info['source'] or 'trace'}: {info['requests']:,} requests, {info['duration_s']:.1f} s, "
+        f"{source_words(info['source']) or 'trace'}: {info['requests']:,} requests, "
+        f"{info['duration_s']:.1f} s, "
         f"mean {info['mean_rate']:.1f} req/s"
     )
     out = [
@@ -188,7 +199,7 @@ def svg_plot(trace: Trace, info: dict[str, Any]) -> str:
     hw = (W - 3 * m) / 2
     gaps = np.diff(trace.t_s) * 1e3
     out += _hist_svg(
-        log_histogram(gaps, 16),
+        log_histogram(gaps, 16, zero_below=GAP_RESOLUTION_MS),
         gaps.shape[0],
         m,
         350,

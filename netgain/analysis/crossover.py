@@ -141,8 +141,8 @@ def line(c: dict[str, Any]) -> str:
     who = f"treatment {t.get('device') or '?'} vs baseline {b.get('device') or '?'}"
     if c.get("outcome") == "crossover":
         head = f"CROSSOVER at {_rate(c['crossover_rps'])}"
-    elif c.get("outcome") == "not_within_rates":
-        head = "CROSSOVER: not within the rates tried"
+    elif c.get("outcome") == "not_within_rates":  # the reason starts with the words: said once
+        return f"CROSSOVER: {c.get('reason')} ({who})"
     else:
         head = "CROSSOVER: INCONCLUSIVE"
     return f"{head} ({who}): {c.get('reason')}"
@@ -158,7 +158,7 @@ def _log_ticks(lo: float, hi: float) -> list[float]:
         vals = [m * 10.0**k for k in ks for m in mults if lo <= m * 10.0**k <= hi]
         if len(vals) <= 8:
             break
-    return vals or [lo, hi]
+    return vals if len(vals) >= 2 else sorted({lo, *vals, hi})  # one label cannot show a scale
 
 
 # Laid out within the viewBox: the plot, its axes, then one row each for the two sides and the

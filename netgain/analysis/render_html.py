@@ -40,9 +40,24 @@ def phase_plot(s: dict[str, Any], name: str) -> str:
     )
 
 
+UTIL_WORDS = {
+    "gpu_utilization_ratio": "GPU utilization",
+    "gpu_sm_active_ratio": "GPU SMs active",
+    "kernel_busy_ratio": "device busy (kernel spans)",
+    "process_cpu_ratio": "server process CPU (cores)",
+}
+
+
+def util_label(key: str) -> str:
+    """A utilization series' legend in words (report.json keeps the metric's name as the key)."""
+    if key.startswith("thread_cpu_ratio[") and key.endswith("]"):
+        return f"{key[len('thread_cpu_ratio[') : -1]} threads CPU (cores)"
+    return UTIL_WORDS.get(key, key)
+
+
 def util_plot(s: dict[str, Any], name: str) -> str:
     util = (s.get("series") or {}).get("utilization") or {}
-    ratios = {k: v for k, v in util.items() if not k.startswith("queue_depth")}
+    ratios = {util_label(k): v for k, v in util.items() if not k.startswith("queue_depth")}
     return svg.line_chart(
         ratios, f"{name}: GPU / CPU utilization", "seconds since run epoch", "ratio (CPU: cores)"
     )

@@ -17,7 +17,9 @@ def num(x: Any, digits: int = 3) -> str:
     if isinstance(x, int):
         return str(x)
     if isinstance(x, float):
-        return f"{x:.{digits}f}" if abs(x) >= 10**-digits or x == 0 else f"{x:.3g}"
+        if abs(x) < 1e-9:  # float rounding of a zero (a difference of equal sums): never "-2.2e-17"
+            return f"{0.0:.{digits}f}"
+        return f"{x:.{digits}f}" if abs(x) >= 10**-digits else f"{x:.3g}"
     return str(x)
 
 
@@ -37,8 +39,9 @@ def headline(r: dict[str, Any]) -> list[str]:
         )
         lines += [f"  - {x}" for x in v["reasons"]]
     failed = r.get("failed_headline") or ""
+    partial = "PARTIAL RUN (interrupted), " if r.get("interrupted") else ""
     lines.append(
-        f"RUN: {'VALID' if r['valid'] else 'INVALID'}"
+        f"RUN: {partial}{'VALID' if r['valid'] else 'INVALID'}"
         + ("" if r["valid"] else " - " + "; ".join(r.get("invalid_reasons") or []))
         + (f" - {failed}" if failed else "")
     )
@@ -149,6 +152,7 @@ def run_markdown(r: dict[str, Any], title: str) -> list[str]:
         f"## {title}",
         "",
         f"Run `{r.get('run_dir')}` on **{r.get('device')}**, "
+        f"{'PARTIAL RUN (interrupted), ' if r.get('interrupted') else ''}"
         f"{'VALID' if r['valid'] else 'INVALID'}, bottleneck **{bottleneck_words(r['bottleneck'])}**.",
         "",
     ]
@@ -205,7 +209,8 @@ def run_markdown(r: dict[str, Any], title: str) -> list[str]:
         "### Cost",
         "",
         f"- cost per 1k at SLO: {num(r.get('cost_per_1k'), 6)} "
-        f"(measured throughput: {num(cost.get('cost_per_1k_measured'), 6)}); {cost.get('note') or ''}",
+        f"(measured throughput: {num(cost.get('cost_per_1k_measured'), 6)})"
+        + (f"; {cost['note']}" if cost.get("note") else ""),
     ]
     if auto:
         md.append(

@@ -142,6 +142,8 @@ def failed_headline(r: dict[str, Any]) -> str:
     ``netgain load``'s last line says; "REQUESTS FAILED" for other failures. From ``errors`` and
     ``counts.measured``, which hold the numbers."""
     errors = {str(k): int(v) for k, v in (r.get("errors") or {}).items()}
+    if r.get("interrupted"):  # the Ctrl-C's own: cut off after the drain, or never sent
+        errors = {k: v for k, v in errors.items() if k not in ("CANCELLED", "NOT_SENT")}
     measured = int((r.get("counts") or {}).get("measured") or 0)
     n = sum(errors.values())
     if not n or not measured:

@@ -60,6 +60,14 @@ def window(meta: dict[str, Any], scheduled_s: np.ndarray, warmup_s: float | None
         end = float(trace["duration_s"])
     else:
         end = float(scheduled_s.max()) if len(scheduled_s) else start
+    stop = meta.get("interrupted_at_s")
+    if stop is not None:  # a partial run is measured up to its Ctrl-C, not over the schedule it never ran
+        end = min(end, float(stop))
+        if end <= start:
+            raise AnalysisError(
+                f"the run was interrupted at {float(stop):.1f} s, within its warm-up ({start:g} s): nothing "
+                "was measured; run `netgain load` again"
+            )
     if end <= start:
         raise AnalysisError(
             f"the warm-up ({start:g} s) leaves no measured window (the schedule ends at {end:g} s): "
@@ -232,6 +240,8 @@ def _validity(meta: dict[str, Any], send_lag: dict[str, Any], dropped: int) -> t
     reasons = [str(r) for r in validity.get("reasons") or []]
     if validity.get("valid") is False and not reasons:
         reasons.append("meta.json marks the run invalid")
+    if meta.get("interrupted_at_s") is not None and not any("interrupted" in r for r in reasons):
+        reasons.insert(0, f"interrupted at {float(meta['interrupted_at_s']):.1f} s (Ctrl-C): a partial run")
     if send_lag["p99"] is not None and send_lag["p99"] > max_lag:
         reasons.append(
             f"send lag p99 {send_lag['p99']:.3f} ms > max_send_lag_ms {max_lag:g}: "
@@ -381,6 +391,8 @@ def analyze(
     req = _load(run_dir, warmup_s, span_log, warnings)
     t0, t1 = window(meta, req.scheduled_s, warmup_s)
     measured = ~req.warmup
+    if meta.get("interrupted_at_s") is not None:
+        measured &= req.scheduled_s < t1
     ok = measured & req.status_mask("OK") & ~np.isnan(req.latency_ms)
     rows = _Rows(req, measured, ok, t0, t1)
     rng = np.random.default_rng(seed)  # drawn from in this order: p99, then throughput
@@ -450,6 +462,8 @@ def analyze(
         "cost": costs["cost"],
         "bottleneck": res["bottleneck"],
         "valid": valid,
+        # a run stopped by Ctrl-C: its rows are all there, but it is partial (never valid evidence)
+        "interrupted": meta.get("interrupted_at_s") is not None,
         "invalid_reasons": reasons,
         "warnings": [f"INVALID: {r}" for r in reasons] + warnings,
         "window_s": {"start": t0, "end": t1, "duration": rows.dur},

@@ -60,6 +60,15 @@ def load_meta(run_dir: str | Path) -> dict[str, Any]:
         raise AnalysisError(str(exc)) from None
 
 
+def _damaged(path: Path, exc: BaseException) -> AnalysisError:
+    """One line for a Parquet file Arrow cannot read (its messages span several lines)."""
+    why = " ".join(str(exc).split()).rstrip(".")
+    return AnalysisError(
+        f"{path} is not a readable Parquet file ({why[:160]}): it is damaged; re-run `netgain load` "
+        "with a new --out"
+    )
+
+
 def _open_parquet(path: Path) -> pq.ParquetFile:
     if not path.exists():
         raise AnalysisError(
@@ -68,7 +77,7 @@ def _open_parquet(path: Path) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as exc:
-        raise AnalysisError(f"{path} is not a readable Parquet file ({exc}): re-run `netgain load`") from None
+        raise _damaged(path, exc) from None
 
 
 def _column(pf: pq.ParquetFile, name: str) -> pa.Array:
@@ -135,7 +144,7 @@ def load_requests(run_dir: str | Path, *, warmup_s: float | None = None, with_id
         if with_ids and "request_id" in names:
             ids = np.asarray(_column(pf, "request_id").to_numpy(zero_copy_only=False))
     except (pa.ArrowException, OSError) as exc:
-        raise AnalysisError(f"{path} could not be read ({exc}): re-run `netgain load`") from None
+        raise _damaged(path, exc) from None
     return Requests(
         n=len(scheduled_s),
         scheduled_s=scheduled_s,
@@ -164,7 +173,7 @@ def load_samples(run_dir: str | Path) -> pa.Table | None:
     try:
         table = pf.read(columns=list(SAMPLE_COLUMNS))
     except (pa.ArrowException, KeyError, OSError) as exc:
-        raise AnalysisError(f"{path} could not be read ({exc}): re-run `netgain load`") from None
+        raise _damaged(path, exc) from None
     return with_ratios(table)
 
 

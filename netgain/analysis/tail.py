@@ -35,7 +35,10 @@ def phase_matrix(
     out = {p: phases[p] for p in PHASES}
     out["network"] = service_ms - server_total_ms
     out["send_lag"] = send_lag_ms
-    out["other"] = np.where(np.isnan(server_total_ms), np.nan, server_total_ms - named)
+    other = server_total_ms - named
+    # Below a nanosecond (the clocks' resolution) the difference is float rounding, not time.
+    other = np.where(np.abs(other) < 1e-6, 0.0, other)
+    out["other"] = np.where(np.isnan(server_total_ms), np.nan, other)
     return out
 
 

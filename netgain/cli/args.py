@@ -23,7 +23,8 @@ class CliError(NetgainError):
 PER_COMMAND = frozenset(
     {"--model", "--metrics-port", "--out", "--seed", "--workers", "--duration", "--warmup-s", "--items"}
 )
-COMMANDS = ("serve", "load", "report", "trace", "compare", "drill", "profile", "demo")
+#: Every subcommand (tests/test_user_commands.py checks it against the parser).
+COMMANDS = ("serve", "load", "report", "trace", "compare", "drill", "profile", "demo", "tune")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -32,15 +32,31 @@ def add_parser(sub: Any) -> None:
     )
     flag(p, "--price-per-hour", type=float, default=0.40, help="server price for cost per 1k")
     flag(p, "--slo-p99-ms", type=float, default=500.0, help="latency objective for the report")
-    flag(p, "--out", default="runs/demo", help="run directory")
+    flag(p, "--out", default="runs/demo", help="run directory (the demo's own: replaced by each demo)")
     p.set_defaults(func=run)
+
+
+COMPARE = (
+    "netgain compare --model {model} --rate {rate:g} --slo-p99-ms {slo:g} --cpu-price-per-hour {price:g} "
+    "--gpu-price-per-hour 3.50 --out runs/compare"
+)
 
 
 def run(args: argparse.Namespace) -> int:
     from netgain.experiments.orchestrate import ServerProcess, run_load
 
     os.makedirs(args.out, exist_ok=True)
+    span_log = os.path.join(args.out, "spans.jsonl")
+    for old in (span_log, span_log + ".1"):  # a new demo's spans only: the report joins them by id
+        if os.path.isfile(old):
+            os.remove(old)
     options = list(args.handler_option) or (["size=96"] if args.model == "image" else [])
+    if args.model == "image" and not args.handler_option:
+        print(
+            "netgain demo: the image model at size 96 (96x96 inputs, to suit a small CPU; the default "
+            "is 224: --handler-option size=224)",
+            flush=True,
+        )
     serve_args = [
         "--model",
         args.model,
@@ -49,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         "--max-batch-size",
         str(args.max_batch_size),
         "--span-log",
-        os.path.join(args.out, "spans.jsonl"),
+        span_log,
     ]
     for opt in options:
         serve_args += ["--handler-option", opt]
@@ -88,4 +104,28 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"netgain load failed with exit status {rc}")
     from netgain.cli import main as netgain_main
 
-    return netgain_main(["report", args.out, "--span-log", os.path.join(args.out, "spans.jsonl")])
+    rc = netgain_main(["report", args.out, "--span-log", span_log])
+    if rc == 0:
+        print(measured(args), flush=True)
+    return rc
+
+
+def measured(args: argparse.Namespace) -> str:
+    """The demo's closing lines: what it measured (from report.json) and the command that answers
+    the CPU-vs-GPU question."""
+    from netgain.contract import rundir as files
+
+    r = files.read_report(args.out)
+    lat, cost = r.get("latency_ms") or {}, r.get("cost_per_1k")
+    size = " (size 96)" if args.model == "image" and not args.handler_option else ""
+    p99 = f"p99 {lat['p99']:.1f} ms" if lat.get("p99") is not None else "no successful request"
+    price = f"${cost:.4f} per 1,000 at ${args.price_per_hour:g}/h" if cost is not None else "cost unknown"
+    return (
+        f"netgain demo: measured {args.model}{size} on {r.get('device') or args.device}: "
+        f"{r.get('offered_rps') or 0:.1f} req/s offered, {r.get('throughput_rps') or 0:.1f}/s completed, "
+        f"{p99} (SLO {args.slo_p99_ms:g} ms), {price}, "
+        f"run {'VALID' if r.get('valid') else 'INVALID'}; files in {args.out}/ (report.html to view)\n"
+        "netgain demo: that is one side on this machine. For the CPU-vs-GPU verdict, on a host with a "
+        "GPU run:\n  "
+        + COMPARE.format(model=args.model, rate=args.rate, slo=args.slo_p99_ms, price=args.price_per_hour)
+    )

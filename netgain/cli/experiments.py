@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -298,6 +297,7 @@ def _fmt(x: Any) -> str:
 
 def run_drill(args: argparse.Namespace) -> int:
     from netgain.experiments.drill import run_drill as drill
+    from netgain.experiments.drill import scale_up_lines
 
     if args.repeats < 1:
         raise CliError("--repeats must be >= 1")
@@ -315,7 +315,7 @@ def run_drill(args: argparse.Namespace) -> int:
     for phase, d in summary["inside"].items():
         print(f"  inside {phase:14s} median {d['median']:.3f} s  max {d['max']:.3f} s")
     if "scale_up" in summary:
-        print("scale-up: " + json.dumps({k: v for k, v in summary["scale_up"].items() if k != "run_dir"}))
+        print("\n".join(scale_up_lines(summary["scale_up"])))
     print(f"wrote {args.out}/drill.json")
     return 0
 

@@ -18,7 +18,8 @@ def add_parser(sub: Any) -> None:
         help="replay a trace or an arrival model against servers; write a run directory",
         description="Open-loop load on Locust: one seeded schedule, sharded over N workers, latency measured "
         "from each request's intended send time. Exit 0 ok, 2 usage error, 3 invalid run, 4 SLO failed, "
-        "5 requests failed (the target went away or refused them, or none succeeded).",
+        "5 requests failed (the target went away or refused them, or none succeeded), 130 interrupted "
+        "(Ctrl-C: every row and meta.json written, the run marked partial).",
     )
     flag(p, "--target", default=None, help="HOST:PORT[,HOST:PORT...] of netgain servers (round-robin)")
     flag(p, "--trace", default=None, help="recorded trace (CSV, JSONL or Parquet; see docs/traces.md)")

@@ -216,8 +216,13 @@ def run(args: argparse.Namespace) -> int:
     import torch  # noqa: F401 - imported here so the "imports" phase includes it
 
     from netgain.server.app import run_server
+    from netgain.server.handlers.check import check_handler
 
     cold.mark("imports")
+    try:  # a handler that cannot serve is said in one line, before any server process starts
+        check_handler(cfg.model, cfg.handler_options, cfg.seed)
+    except ValueError as exc:
+        raise CliError(f"--model {cfg.model}: {exc}") from None
     try:
         return run_server(cfg, cold)
     except ValueError as exc:

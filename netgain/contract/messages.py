@@ -17,6 +17,7 @@ CHUNK = "netgain_chunk"  # master → worker → engine: the next part of its sh
 GO = "netgain_go"  # master → workers → engines: the common epoch (unix ns)
 RECORDS = "netgain_records"  # engine → worker → master: a batch of finished request records
 DONE = "netgain_done"  # engine → worker → master: every request of the shard has its record
+STOP = "netgain_stop"  # master → workers → engines: interrupted; send no more, drain what is in flight
 SURPLUS = "netgain_surplus"  # master → worker: every worker the run expects is here; this one exits
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -142,6 +143,9 @@ def scale_up(
                 "1000",
             ],
             quiet=True,
+            # Its verdict counts the failures the drill causes on purpose (replica 2 not up yet) as a
+            # target gone away; the drill's own line below tells them apart.
+            stdout=subprocess.DEVNULL,
         )
         t.join()
         r2proc = result.pop("proc", None)
@@ -152,24 +156,54 @@ def scale_up(
     epoch_s = files.read_meta(run_dir)["epoch_unix_ns"] / 1e9
     t_ = pq.read_table(os.path.join(run_dir, files.REQUESTS), columns=["target", "status", "done_ns"])
     d = t_.to_pydict()
+    rows = list(zip(d["target"], d["status"], d["done_ns"], strict=True))
     ok2 = [
-        done / 1e9 + epoch_s
-        for tgt, st, done in zip(d["target"], d["status"], d["done_ns"], strict=True)
-        if tgt == target2 and st == "OK" and done is not None
+        done / 1e9 + epoch_s for tgt, st, done in rows if tgt == target2 and st == "OK" and done is not None
     ]
-    failed2 = sum(
-        1 for tgt, st in zip(d["target"], d["status"], strict=True) if tgt == target2 and st != "OK"
-    )
     spawn = result.get("spawn_unix_s")
     first_ok = min(ok2) if ok2 else None
+
+    def before_up(done: int | None) -> bool:  # ended before replica 2's first answer: the drill's own
+        return first_ok is None or done is None or done / 1e9 + epoch_s <= first_ok
+
+    failed2 = [(st, done) for tgt, st, done in rows if tgt == target2 and st != "OK"]
     return {
         "load_exit": rc,
         "replica2_spawn_to_serving_s": result.get("serving_s"),
         "replica2_spawn_to_first_ok_s": (first_ok - spawn) if first_ok and spawn else None,
-        "replica2_failed_requests": failed2,
+        "replica2_failed_requests": len(failed2),
+        "replica2_failed_before_up": sum(1 for _, done in failed2 if before_up(done)),
+        "replica2_failed_after_up": sum(1 for _, done in failed2 if not before_up(done)),
         "replica2_ok_requests": len(ok2),
+        "replica1_failed_requests": sum(1 for tgt, st, _ in rows if tgt != target2 and st != "OK"),
+        "delay_s": delay_s,
         "run_dir": run_dir,
     }
+
+
+def scale_up_lines(s: dict[str, Any]) -> list[str]:
+    """The scale-up drill in words: when replica 2 served, which failures the drill caused on
+    purpose (requests sent to it before it was up) and which it did not."""
+
+    def sec(v: float | None) -> str:
+        return "never" if v is None else f"{v:.2f} s"
+
+    lines = [
+        f"scale-up: replica 2 spawned {s['delay_s']:g} s into the load: SERVING after "
+        f"{sec(s['replica2_spawn_to_serving_s'])}, first OK after {sec(s['replica2_spawn_to_first_ok_s'])}; "
+        f"{s['replica2_ok_requests']} requests answered by it",
+        f"scale-up: {s['replica2_failed_before_up']} requests to replica 2 failed before it answered: "
+        "expected, the drill sends to it before it starts",
+    ]
+    real = s["replica2_failed_after_up"] + s["replica1_failed_requests"]
+    if real:
+        lines.append(
+            f"scale-up: FAILED: {s['replica2_failed_after_up']} requests to replica 2 after it answered, "
+            f"{s['replica1_failed_requests']} to replica 1 (see {s['run_dir']}: netgain report)"
+        )
+    else:
+        lines.append("scale-up: no other request failed (replica 1 throughout, replica 2 once up)")
+    return lines
 
 
 def run_drill(

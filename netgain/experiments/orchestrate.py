@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 from netgain.contract.cores import cpu_list
 from netgain.errors import NetgainError
@@ -257,11 +258,16 @@ class ServerProcess:
 
 
 def run_load(
-    args: Sequence[str], quiet: bool = False, force: bool = True, cpus: Sequence[int] | None = None
+    args: Sequence[str],
+    quiet: bool = False,
+    force: bool = True,
+    cpus: Sequence[int] | None = None,
+    stdout: Any = None,
 ) -> int:
     """``netgain load ARGS`` in a child process (it patches the standard library for gevent).
     ``force``: the experiments own their run directories and replace a run there (``--force``);
-    ``cpus``: the load generator's cores (its workers inherit them)."""
+    ``cpus``: the load generator's cores (its workers inherit them); ``stdout``: where its result
+    lines go (the caller's stdout by default)."""
     cmd = [sys.executable, "-m", "netgain.cli", "load", *args]
     if quiet:
         cmd.append("--quiet")
@@ -270,6 +276,7 @@ def run_load(
     return subprocess.run(
         cmd,
         stdin=subprocess.DEVNULL,
+        stdout=stdout,
         check=False,
         preexec_fn=pinned(cpus),
     ).returncode

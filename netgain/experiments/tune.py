@@ -321,6 +321,8 @@ def table(results: Sequence[Result]) -> str:
     lines = [" | ".join(str(h).ljust(w) for h, w in zip(head, widths, strict=True))]
     lines.append("-+-".join("-" * w for w in widths))
     lines += [" | ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)) for row in rows]
+    if top is not None:  # the mark is said, not guessed
+        lines.append('* the best configuration: the most traffic within the SLO (tune.json\'s "best")')
     return "\n".join(lines)
 
 
