@@ -135,8 +135,9 @@ def prep_main(
     """Entry point of a forked pre-processing process: one taker thread, one torch thread; the
     supervisor stops it over ``ctl`` once the frontends have drained."""
     import torch
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
 
+    from netgain.server.bootstrap import serve_metrics
     from netgain.server.handlers import create_handler
     from netgain.server.telemetry.metrics import ServerMetrics
     from netgain.server.telemetry.samplers import Sampler
@@ -155,8 +156,7 @@ def prep_main(
         if cfg.metrics_port >= 0:  # this process's CPU, merged into the server's one /metrics
             registry = CollectorRegistry()
             metrics = ServerMetrics(registry, handler.name, device)
-            httpd, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
-            metrics_port = int(httpd.server_port)
+            _, metrics_port = serve_metrics(registry, 0, "127.0.0.1")
             sampler = Sampler(metrics, 0, None, cfg.sample_interval_s)
         taker = Taker(handler, rings, index, work_fds, request_fd)
         ctl.send(("listening", {"metrics_port": metrics_port, "pid": os.getpid()}))
