@@ -27,7 +27,6 @@ __all__ = [
     "escape",
     "fit",
     "flow_legend",
-    "legend",
     "line_chart",
     "open_svg",
     "polygon",
@@ -186,16 +185,6 @@ def x_label(x: float, y: float, text: str, font_size: int | None = None) -> str:
     """An axis label centred on ``x``."""
     size = f' font-size="{font_size}"' if font_size is not None else ""
     return f'<text x="{x:.1f}" y="{y}"{size} text-anchor="middle">{escape(text)}</text>'
-
-
-def legend_entry(i: int, name: str, x: float, y0: float) -> str:
-    """The ``i``-th line of a legend stacked at ``x`` (``name`` in the ``i``-th series colour);
-    ``flow_legend`` lays a legend out so that it fits."""
-    return f'<text x="{x}" y="{y0 + 14 * (i + 1)}" fill="{COLORS[i % len(COLORS)]}">{escape(name)}</text>'
-
-
-def legend(names: Iterable[str], x: float, y0: float) -> list[str]:
-    return [legend_entry(i, name, x, y0) for i, name in enumerate(names)]
 
 
 def flow_legend(
