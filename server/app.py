@@ -16,6 +16,7 @@ from netgain.protos import inference_pb2 as pb
 from netgain.server.batching.pipeline import Batch, Pipeline, PipelineConfig
 from netgain.server.batching.queue import RequestQueue
 from netgain.server.bootstrap import (
+    build_handler,
     build_runners,
     build_servicer,
     build_telemetry,
@@ -33,7 +34,6 @@ from netgain.server.bootstrap import (
 from netgain.server.coldstart import ColdStart
 from netgain.server.config import ServeConfig
 from netgain.server.device import resolve_device
-from netgain.server.handlers import create_handler
 
 log = logging.getLogger("netgain.server")
 
@@ -44,7 +44,7 @@ class Server:
         self.cfg = cfg
         self.cold = cold
         self.device = resolve_device(cfg.device)
-        self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
+        self.handler = build_handler(cfg)
         self.telemetry = build_telemetry(cfg, self.handler.name, self.device, runs_model=True, span_log=True)
         self.registry, self.metrics = self.telemetry.registry, self.telemetry.metrics
         self.recorder, self.sampler = self.telemetry.recorder, self.telemetry.sampler

@@ -69,6 +69,11 @@ def versions() -> dict[str, str]:
 # -- the model -------------------------------------------------------------------------------------
 
 
+def build_handler(cfg: ServeConfig) -> Handler:
+    """The served model's handler (--model, --handler-option, --seed): each process builds its own."""
+    return create_handler(cfg.model, cfg.handler_options, cfg.seed)
+
+
 def build_runners(handler: Handler, device: str, cfg: ServeConfig) -> list[DeviceRunner]:
     """One runner per --instances (their models are built and placed by the caller)."""
     return [DeviceRunner(handler, device, cfg.dtype, cfg.nvtx, cfg.cuda_graphs) for _ in range(cfg.instances)]

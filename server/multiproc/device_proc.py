@@ -26,7 +26,6 @@ import numpy as np
 from netgain.server.batching.pipeline import Batch, Pipeline, PipelineConfig
 from netgain.server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
 from netgain.server.config import ServeConfig
-from netgain.server.handlers import create_handler
 from netgain.server.handlers.base import Handler
 from netgain.server.multiproc.slots import (
     CODES,
@@ -130,11 +129,11 @@ class DeviceProcess:
         """Build, place and warm the model (the device part of the cold start)."""
         import torch
 
-        from netgain.server.bootstrap import build_runners, warm_up
+        from netgain.server.bootstrap import build_handler, build_runners, warm_up
 
         cfg = self.cfg
         torch.set_num_threads(intra_op_threads(cfg, self.device, len(self.pipes.requests)))
-        self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
+        self.handler = build_handler(cfg)
         self.runners = build_runners(self.handler, self.device, cfg)
         for runner in self.runners:
             runner.place(self.handler.build_model())

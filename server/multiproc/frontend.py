@@ -234,14 +234,14 @@ class Frontend:
     ) -> None:
         import torch
 
-        from netgain.server.handlers import create_handler
+        from netgain.server.bootstrap import build_handler
 
         torch.set_num_threads(1)  # one thread per pre-processing thread: torch's default oversubscribes
         self.cfg = cfg
         self.index = index
         self.device = device
         self.pre_processes = pre_processes  # > 0: they take the shared work, this frontend's threads do not
-        self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
+        self.handler = build_handler(cfg)
         self.pool = ThreadPoolExecutor(
             cfg.pre_threads, thread_name_prefix="netgain-prepost", initializer=name_os_thread
         )

@@ -66,8 +66,8 @@ class Supervisor:
     def __init__(self, cfg: ServeConfig, cold: ColdStart) -> None:
         import torch
 
+        from netgain.server.bootstrap import build_handler
         from netgain.server.device import resolve_device
-        from netgain.server.handlers import create_handler
         from netgain.server.ports import claim_port
 
         # NVML answers "is there a GPU" without initialising CUDA, which a fork must not inherit.
@@ -76,7 +76,7 @@ class Supervisor:
         self.device = resolve_device(cfg.device)
         self.cfg = dataclasses.replace(cfg, port=claim_port(cfg.host, cfg.port))
         self.cold = cold
-        self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
+        self.handler = build_handler(cfg)
         self.slot_bytes, self.pre_ms, self.item_bytes = measure_items(self.handler, cfg.seed)
         usable = os.sched_getaffinity(0)
         self.kept = cfg.resolved_device_cores(len(usable), self.device, self.item_bytes)

@@ -137,8 +137,7 @@ def prep_main(
     import torch
     from prometheus_client import CollectorRegistry
 
-    from netgain.server.bootstrap import serve_metrics
-    from netgain.server.handlers import create_handler
+    from netgain.server.bootstrap import build_handler, serve_metrics
     from netgain.server.telemetry.metrics import ServerMetrics
     from netgain.server.telemetry.samplers import Sampler
 
@@ -149,7 +148,7 @@ def prep_main(
     os.nice(cfg.worker_nice)  # the device process's kernel launches go first when cores are short
     try:
         torch.set_num_threads(1)
-        handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
+        handler = build_handler(cfg)
         warm_preprocess(handler, cfg)
         metrics_port = -1
         sampler = None
