@@ -2,18 +2,17 @@
 
 A 24 h soak at 1,000 req/s is 86.4 M requests; held whole (index, time, size, items: ~28 B each,
 more in the engines' lists) it needs gigabytes. ``StreamedSchedule`` yields the schedule in
-index order, ``chunk`` requests at a time, drawing from the same seeded generators in the same
-order as ``loadgen.traces.synth.synthesize``, so a seed gives bit for bit the same arrivals,
-sizes, items, indices and digest (tests/test_schedule_stream.py compares them).
+index order, ``chunk`` requests at a time. A synthetic one deals out the blocks of the same
+``loadgen.traces.synth.Synthetic`` model that ``synthesize`` collects, so a seed gives bit for
+bit the same arrivals, sizes, items, indices and digest.
 
-How each arrival model streams:
+How each arrival model is drawn a block at a time (``synth.Synthetic``):
 
-- ``constant``: ``i / rate`` for the chunk's ``i``.
-- ``gamma``: the renewal process is a running sum of gaps drawn in order; drawn in blocks of the
-  same chunks ``synthesize`` uses, the partial sum carried into the next block's first gap, so the
-  floating-point sums are the same.
-- ``poisson``, ``onoff``, ``diurnal``: sorted uniform draws. The draws are replayed from the
-  generator's saved state a block at a time; a first pass counts them per time bin, then each
+- ``constant``: ``i / rate`` for the block's ``i``.
+- ``gamma``: the renewal process is a running sum of gaps drawn in order, in blocks, the partial
+  sum carried into the next block's first gap, so the floating-point sums are ``np.cumsum``'s.
+- ``poisson``, ``onoff``, ``diurnal``: sorted uniform draws. Streamed, the draws are replayed from
+  the generator's saved state a block at a time; a first pass counts them per time bin, then each
   window of bins (at most ``window`` draws, or one bin) is collected by a replay and sorted.
   Memory: one window; CPU: one replay of all n draws per window (n / window replays, each
   ~1 s per 100 M draws).
@@ -33,67 +32,10 @@ from typing import Any
 import numpy as np
 
 from netgain.loadgen.schedule import Schedule
-from netgain.loadgen.traces.synth import MAX_REQUESTS, _check, parse_items, rescale, source_of
+from netgain.loadgen.traces.synth import BLOCK, MAX_REQUESTS, Synthetic, _check, rescale
 
 CHUNK = 4096  # requests per chunk dealt to the workers (all of them together)
 WINDOW = 1 << 20  # sorted uniform draws held at once (8 MB of float64, twice while sorting)
-BLOCK = 1 << 16  # draws per replayed block
-
-
-def _gen(state: Any, advance: int = 0) -> np.random.Generator:
-    """A generator at ``state`` (a PCG64 state, as ``bit_generator.state`` gives it), moved on by
-    ``advance`` 64-bit draws (one per uniform)."""
-    bg = np.random.PCG64()
-    bg.state = state
-    if advance:
-        bg.advance(advance)
-    return np.random.Generator(bg)
-
-
-class _SortedUniforms:
-    """``np.sort(rng.uniform(0, high, n))`` from ``state`` on, in ascending windows."""
-
-    def __init__(self, state: Any, n: int, high: float, window: int) -> None:
-        self.state, self.n, self.high, self.window = state, n, high, max(1, window)
-        self._counts: np.ndarray | None = None
-        self._edges: np.ndarray | None = None
-
-    def _blocks(self) -> Iterator[np.ndarray]:
-        g = _gen(self.state)
-        left = self.n
-        while left > 0:
-            k = min(BLOCK, left)
-            yield g.uniform(0.0, self.high, k)
-            left -= k
-
-    def _bins(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._counts is None or self._edges is None:
-            bins = int(min(max(1, math.ceil(8 * self.n / self.window)), 1 << 22))
-            edges = np.arange(bins + 1, dtype=np.float64) * (self.high / bins)
-            edges[0], edges[-1] = -np.inf, np.inf
-            counts = np.zeros(bins, dtype=np.int64)
-            for u in self._blocks():
-                counts += np.bincount(np.searchsorted(edges, u, side="right") - 1, minlength=bins)
-            self._counts, self._edges = counts, edges
-        return self._counts, self._edges
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        if self.n <= self.window:  # one window: a single draw, as synthesize makes it
-            if self.n:
-                yield np.sort(_gen(self.state).uniform(0.0, self.high, self.n))
-            return
-        counts, edges = self._bins()
-        k = 0
-        while k < counts.shape[0]:
-            end, got = k + 1, int(counts[k])
-            while end < counts.shape[0] and got + int(counts[end]) <= self.window:
-                got += int(counts[end])
-                end += 1
-            if got:
-                lo, hi = edges[k], edges[end]
-                parts = [u[(u >= lo) & (u < hi)] for u in self._blocks()]
-                yield np.sort(np.concatenate(parts))
-            k = end
 
 
 class StreamedSchedule:
@@ -278,122 +220,10 @@ def synthesize(
     seed: int = 0,
     *,
     warmup_s: float = 0.0,
-    cv: float = 2.0,
-    on_s: float = 1.0,
-    off_s: float = 4.0,
-    period_s: float = 60.0,
-    amplitude: float = 0.5,
-    size_bytes: int = 0,
-    size_sigma: float = 0.0,
-    items: int | str = 1,
     window: int = WINDOW,
+    **model: Any,
 ) -> StreamedSchedule:
-    """``from_trace(synthesize(...), warmup_s)`` streamed: same arguments, same requests, same digest."""
-    _check("rate", rate)
-    _check("duration_s", duration_s)
-    if rate * duration_s > MAX_REQUESTS:
-        raise ValueError(
-            f"rate x duration = {rate * duration_s:.3g} requests is over the limit of "
-            f"{MAX_REQUESTS:,}; lower the rate or the duration"
-        )
-    if size_bytes < 0:
-        raise ValueError(f"size_bytes must be >= 0, got {size_bytes}")
-    _check("size_sigma", size_sigma, positive=False)
-    values, probs = parse_items(items)
-    rate, duration_s = float(rate), float(duration_s)
-    if arrival == "gamma":
-        _check("cv", cv)
-    elif arrival == "onoff":
-        _check("on_s", on_s)
-        _check("off_s", off_s, positive=False)
-    elif arrival == "diurnal":
-        _check("period_s", period_s)
-        if not 0 <= amplitude <= 1:
-            raise ValueError(f"amplitude must be within 0..1, got {amplitude!r}")
-    elif arrival not in ("constant", "poisson"):
-        from netgain.loadgen.traces.synth import ARRIVALS
-
-        raise ValueError(f"unknown arrival model {arrival!r}: choose one of {', '.join(ARRIVALS)}")
-
-    def fresh() -> tuple[np.random.Generator, np.random.Generator, np.random.Generator]:
-        rng = np.random.default_rng(seed)
-        size_rng, items_rng = rng.spawn(2)
-        return rng, size_rng, items_rng
-
-    def arrivals() -> Iterator[np.ndarray]:
-        rng = fresh()[0]
-        if arrival == "constant":
-            n = math.ceil(rate * duration_s)
-            for i in range(0, n, BLOCK):
-                yield np.arange(i, min(n, i + BLOCK), dtype=np.float64) / rate
-        elif arrival == "gamma":
-            yield from _renewal(rng, 1.0 / (cv * cv), rate, duration_s)
-        elif arrival == "poisson":
-            n = int(rng.poisson(rate * duration_s))
-            yield from _SortedUniforms(rng.bit_generator.state, n, duration_s, window)
-        elif arrival == "onoff":
-            cycle = on_s + off_s
-            full, rest = divmod(duration_s, cycle)
-            on_total = full * on_s + min(rest, on_s)
-            burst_rate = rate * cycle / on_s
-            n = int(rng.poisson(burst_rate * on_total))
-            cap = np.nextafter(duration_s, 0)
-            for u in _SortedUniforms(rng.bit_generator.state, n, on_total, window):
-                k = np.floor(u / on_s)
-                yield np.minimum(k * cycle + (u - k * on_s), cap)
-        else:  # diurnal: candidates, then one keep/thin draw per candidate after all of them
-            peak = rate * (1 + amplitude)
-            n = int(rng.poisson(peak * duration_s))
-            state = rng.bit_generator.state
-            keep_rng = _gen(state, advance=n)  # the thinning draws come after the n candidates
-            for cand in _SortedUniforms(state, n, duration_s, window):
-                keep_u = keep_rng.uniform(0.0, 1.0, cand.shape[0])
-                yield cand[keep_u * (1 + amplitude) < 1 + amplitude * np.sin(2 * np.pi * cand / period_s)]
-
-    def sizes(n: int) -> Iterator[np.ndarray]:
-        size_rng = fresh()[1]
-        for i in range(0, n, BLOCK):
-            k = min(BLOCK, n - i)
-            if size_sigma > 0 and size_bytes > 0:
-                yield np.rint(size_bytes * np.exp(size_sigma * size_rng.standard_normal(k))).astype(np.int64)
-            else:
-                yield np.full(k, int(size_bytes), dtype=np.int64)
-
-    def items_of(n: int) -> Iterator[np.ndarray]:
-        items_rng = fresh()[2]
-        cdf = probs.cumsum()
-        cdf /= cdf[-1]
-        for i in range(0, n, BLOCK):
-            k = min(BLOCK, n - i)
-            if values.shape[0] > 1:  # Generator.choice(p=...): uniforms searched in the CDF
-                yield values[cdf.searchsorted(items_rng.random(k), side="right")]
-            else:
-                yield np.full(k, int(values[0]), dtype=np.int32)
-
-    src = source_of(
-        arrival, rate, duration_s, seed, cv, on_s, off_s, period_s, amplitude, size_bytes, size_sigma, items
-    )
-    return StreamedSchedule(arrivals, sizes, items_of, warmup_s, src)
-
-
-def _renewal(rng: np.random.Generator, shape: float, rate: float, duration_s: float) -> Iterator[np.ndarray]:
-    """``synth._renewal`` with gamma gaps, a block at a time: the same chunks, the same sums."""
-    expected = rate * duration_s
-    chunk = int(expected + 6 * math.sqrt(expected) + 16)
-    last = 0.0
-    while True:
-        partial, tail = 0.0, last
-        for i in range(0, chunk, BLOCK):
-            g = rng.gamma(shape, 1.0 / (rate * shape), min(BLOCK, chunk - i))
-            if i:
-                g[0] += partial  # cumsum's running sum goes on from the previous block
-            s = np.cumsum(g)
-            partial = float(s[-1])
-            t = last + s
-            tail = float(t[-1])
-            if tail >= duration_s:
-                yield t[t < duration_s]
-                return
-            yield t
-        last = tail
-        chunk = max(chunk // 4, 1024)
+    """``from_trace(synthesize(...), warmup_s)`` streamed: the same ``Synthetic`` model (its arguments
+    in ``model``) drawn a block at a time, so the same requests and digest."""
+    m = Synthetic(arrival, rate, duration_s, seed, **model)
+    return StreamedSchedule(lambda: m.arrivals(window), m.sizes, m.items_of, warmup_s, m.source)

@@ -74,7 +74,9 @@ class HeavyForward(BusyPre):
 
 class SlowTagged(BusyPre):
     """Pre-processing sleeps ``sleep_ms`` for an item whose data starts with ``slow`` (and costs
-    nothing otherwise, so start-up and warm-up stay fast): a request held mid-pre-processing."""
+    nothing otherwise, so start-up and warm-up stay fast): a request held mid-pre-processing.
+    With ``mark_dir``, each such item first creates a file there named after the process's pid,
+    so a test sees which processes hold one."""
 
     name = "slow-tagged"
 
@@ -82,9 +84,15 @@ class SlowTagged(BusyPre):
         super().__init__(options, seed)
         self.pre_ms = 0
         self.sleep_ms = self.int_option("sleep_ms", 2000, lo=0)
+        self.mark_dir = self.options.get("mark_dir", "")
 
     def preprocess(self, item: pb.Input) -> Any:
         if item.data.startswith(b"slow"):
+            if self.mark_dir:
+                import os
+                from pathlib import Path
+
+                Path(self.mark_dir, f"{os.getpid()}-{time.monotonic_ns()}").touch()
             time.sleep(self.sleep_ms / 1000)
         return len(item.data)
 

@@ -1,4 +1,4 @@
-"""The crossover (issue 19, item 5): cost per 1k at the SLO against the request rate on both sides and
+"""The crossover: cost per 1k at the SLO against the request rate on both sides and
 the rate where the treatment starts to win; arithmetic on synthetic sweeps, then compare's JSON, text
 line and HTML chart on run directories built for it."""
 

@@ -4,6 +4,7 @@ label, no raw metric names in a legend, and hints that name the file the user ga
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -13,11 +14,12 @@ from analysis_fixtures import make_run
 from conftest import REPO_ROOT
 from conftest import run_netgain as netgain
 
-from netgain.analysis.crossover import _log_ticks, crossover, line
+from netgain.analysis.crossover import crossover, line
 from netgain.analysis.render_html import util_plot
 from netgain.analysis.render_text import num, render_markdown
 from netgain.analysis.run_summary import analyze
 from netgain.analysis.tail import phase_matrix
+from netgain.charts.svg import log_ticks
 from netgain.contract.phases import PHASES
 from netgain.experiments.tune import Knobs, Result, Trial, table
 from netgain.loadgen.traces import TraceError, read_trace
@@ -73,7 +75,7 @@ def test_crossover_not_within_rates_is_said_once_and_its_axis_has_two_labels() -
     }
     text = line(crossover([50.0, 100.0, 200.0], sides))
     assert text.startswith("CROSSOVER: not within the rates tried (") and text.count("not within") == 1
-    assert len(_log_ticks(0.0024, 0.005)) >= 2
+    assert len(log_ticks(math.log10(0.0024), math.log10(0.005))) >= 2
 
 
 def test_markdown_report_has_no_dangling_separator(tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def test_server_killed_and_restarted_during_a_run(start_server: Any, tmp_path: P
         if load.poll() is None:
             load.kill()
     assert second.grpc_port == port
-    assert load.returncode in (0, 3, 5), stderr + stdout  # 3: invalid; 5: requests failed (issue 20)
+    assert load.returncode in (0, 3, 5), stderr + stdout  # 3: invalid; 5: requests failed
     meta = read_meta(out)
     counts = meta["counts"]
     rows = read_rows(out)

@@ -1,4 +1,4 @@
-"""Hostile input (issue 20): payloads and senders built to cost the server CPU, memory or log lines.
+"""Hostile input: payloads and senders built to cost the server CPU, memory or log lines.
 
 Unit tests call the handlers and the histogram directly; the server tests start real
 ``python -m netgain.server`` processes (one-process and ``--workers 2``) and talk to them with

@@ -1,5 +1,5 @@
 """The HTML report in a real headless browser (Chromium): rendered tables, and charts whose text
-fits (issue 21, item 6).
+fits.
 
 The test's copy of each report gets a script that measures, after layout, every SVG ``<text>``,
 legend entry and plot area (``getBoundingClientRect``) and writes them as JSON into

@@ -1,4 +1,4 @@
-"""The streamed schedule (issue 20): the same requests as the eager one, and memory bounded by a
+"""The streamed schedule: the same requests as the eager one, and memory bounded by a
 window however long the schedule, in the master (Dealer) and in a sender engine."""
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -153,11 +154,13 @@ def test_a_killed_frontend_leaves_the_others_serving(start_server: Any) -> None:
 
 
 def test_a_frontend_killed_while_pre_processing_anothers_request_leaves_none_waiting(
-    start_server: Any,
+    start_server: Any, tmp_path: Path
 ) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
     s = start_server(
         "--model", "bottleneck_handlers:SlowTagged", "--handler-option", "sleep_ms=2000",
-        "--workers", "2", "--pre-threads", "1",
+        "--handler-option", f"mark_dir={marks}", "--workers", "2", "--pre-threads", "1",
     )  # fmt: skip
     chan = grpc.insecure_channel(s.target)
     stub = InferenceStub(chan)
@@ -174,7 +177,11 @@ def test_a_frontend_killed_while_pre_processing_anothers_request_leaves_none_wai
     other = next(k for k in frontends(s) if k.pid != owner[0].pid)
     slow = pb.InferRequest(inputs=[pb.Input(data=b"slow")])
     futures = [stub.Infer.future(slow, timeout=60) for _ in range(4)]
-    time.sleep(0.7)  # each frontend's one pre-processing thread holds one of them, asleep
+    deadline = time.monotonic() + 30
+    # Each frontend's one pre-processing thread holds one of them, asleep for 2 s.
+    while {owner[0].pid, other.pid} - {int(f.name.split("-")[0]) for f in marks.iterdir()}:
+        assert time.monotonic() < deadline, "the frontends never both took a slow request"
+        time.sleep(0.02)
     other.kill()
     started = time.monotonic()
     outcomes: list[Any] = []

@@ -103,6 +103,54 @@ def test_synthesis_models_have_their_shape() -> None:
     assert counts[0] + counts[4] > 2 * (counts[2] + counts[6])  # sin > 0 in the first half of each period
 
 
+def _textbook(arrival: str, rate: float, d: float, seed: int, **kw: float) -> np.ndarray:
+    """The arrival model as whole-array numpy draws from the seed's generator."""
+    rng = np.random.default_rng(seed)
+    if arrival == "constant":
+        return np.arange(np.ceil(rate * d)) / rate
+    if arrival == "poisson":
+        return np.sort(rng.uniform(0.0, d, int(rng.poisson(rate * d))))
+    if arrival == "gamma":  # one chunk of gaps covers the duration for this cv
+        shape = 1.0 / kw["cv"] ** 2
+        t = np.cumsum(rng.gamma(shape, 1.0 / (rate * shape), int(rate * d + 6 * np.sqrt(rate * d) + 16)))
+        assert t[-1] >= d
+        return t[t < d]
+    if arrival == "onoff":
+        on, cycle = kw["on_s"], kw["on_s"] + kw["off_s"]
+        full, rest = divmod(d, cycle)
+        on_total = full * on + min(rest, on)
+        u = np.sort(rng.uniform(0.0, on_total, int(rng.poisson(rate * cycle / on * on_total))))
+        k = np.floor(u / on)
+        return np.minimum(k * cycle + (u - k * on), np.nextafter(d, 0))
+    amp, period = kw["amplitude"], kw["period_s"]
+    cand = np.sort(rng.uniform(0.0, d, int(rng.poisson(rate * (1 + amp) * d))))
+    keep = rng.uniform(0.0, 1.0, cand.shape[0]) * (1 + amp) < 1 + amp * np.sin(2 * np.pi * cand / period)
+    return cand[keep]
+
+
+@pytest.mark.parametrize(
+    ("arrival", "kw"),
+    [
+        ("constant", {}),
+        ("poisson", {}),
+        ("gamma", {"cv": 0.5}),
+        ("onoff", {"on_s": 1.5, "off_s": 2.0}),
+        ("diurnal", {"period_s": 7.0, "amplitude": 0.8}),
+    ],
+)
+def test_synthetic_models_are_their_textbook_draws(arrival: str, kw: dict[str, float]) -> None:
+    """A seed's trace is the whole-array numpy draws, bit for bit (drawn a block at a time: more
+    than one block of 65,536 here), so traces and digests of a seed stay what they were."""
+    items = {"size_bytes": 48000, "size_sigma": 0.7, "items": "1:0.7,4:0.2,16:0.1"}
+    tr = synthesize(arrival, 3000.0, 30.0, 5, **kw, **items)  # type: ignore[arg-type]
+    assert len(tr) > 65_536
+    assert np.array_equal(tr.t_s, _textbook(arrival, 3000.0, 30.0, 5, **kw))
+    size_rng, items_rng = np.random.default_rng(5).spawn(2)
+    n = len(tr)
+    assert np.array_equal(tr.size, np.rint(48000 * np.exp(0.7 * size_rng.standard_normal(n))))
+    assert np.array_equal(tr.items, np.array([1, 4, 16])[items_rng.choice(3, size=n, p=[0.7, 0.2, 0.1])])
+
+
 @pytest.mark.parametrize(
     "kw",
     [

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from netgain.contract.rundir import DEFAULT_MAX_SEND_LAG_MS
+
 
 @dataclass
 class LoadConfig:
@@ -26,7 +28,7 @@ class LoadConfig:
     metrics_port: int = -1
     web_ui: bool = False
     web_port: int = 8089
-    max_send_lag_ms: float = 5.0
+    max_send_lag_ms: float = DEFAULT_MAX_SEND_LAG_MS
     max_worker_cpu: float = 0.9
     slo_p99_ms: float | None = None
     max_error_rate: float | None = None

@@ -151,24 +151,9 @@ def line(c: dict[str, Any]) -> str:
 # -- the HTML report's chart ----------------------------------------------------------------------
 
 
-def _log_ticks(lo: float, hi: float) -> list[float]:
-    """1, 2 and 5 times the powers of ten inside [lo, hi] (only the powers when that is too many)."""
-    ks = range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
-    for mults in ((1, 2, 5), (1,)):
-        vals = [m * 10.0**k for k in ks for m in mults if lo <= m * 10.0**k <= hi]
-        if len(vals) <= 8:
-            break
-    return vals if len(vals) >= 2 else sorted({lo, *vals, hi})  # one label cannot show a scale
-
-
-# Laid out within the viewBox: the plot, its axes, then one row each for the two sides and the
-# crossover below it (full width, so no label runs past the edge)
-_W, _L, _R, _T, _PLOT_H, _ROW = 640, 64, 16, 28, 200, 15
-_H = _T + _PLOT_H + 54 + 2 * _ROW + 10
-
-
 def plot(c: dict[str, Any]) -> str:
-    """Cost per 1k at the SLO against the request rate, both sides, the crossover marked."""
+    """Cost per 1k at the SLO against the request rate, both sides, the crossover marked (laid out
+    by ``svg.Frame``, as the report's other charts)."""
     title = "Cost per 1k at the SLO vs request rate (crossover)"
     rates: list[float] = list(c.get("rates_rps") or [])
     series = {
@@ -192,26 +177,31 @@ def plot(c: dict[str, Any]) -> str:
     # log y: a fully used replica's cost per 1k falls as 1 / rate, so both sides span decades
     lo, hi = min(v for _, v in pts), max(v for _, v in pts)
     y0, y1 = math.log10(lo / 1.25), math.log10(hi * 1.25)
+    yt = svg.log_ticks(y0, y1)
+
+    def yname(t: float) -> str:
+        return f"{10**t:.2g}"
+
+    xnames = [f"{r:g}" for r in rates]
+    fr = svg.Frame(
+        title,
+        "request rate, req/s" + (" (log)" if logx else ""),
+        "$ per 1k successful (log)",
+        y_labels=[yname(t) for t in yt],
+        x_reserve=max(svg.text_width(n) for n in xnames) / 2 + 2,
+    )
 
     def sx(x: float) -> float:
-        return _L + (fx(x) - x0) / (x1 - x0) * (_W - _L - _R)
+        return fr.x_at(fx(x), x0, x1)
 
     def sy(y: float) -> float:
-        return _T + _PLOT_H - (math.log10(y) - y0) / (y1 - y0) * _PLOT_H
+        return fr.y_at(math.log10(y), y0, y1)
 
-    bottom = _T + _PLOT_H
-    out = [
-        svg.open_svg(_W, _H, font_size=11),
-        f'<text x="{_L}" y="16" font-size="13" font-weight="bold">{svg.escape(title)}</text>',
-        f'<rect x="{_L}" y="{_T}" width="{_W - _L - _R}" height="{_PLOT_H}" fill="none" stroke="#999"/>',
-        svg.x_label((_W - _R + _L) / 2, bottom + 36, "request rate, req/s" + (" (log)" if logx else "")),
-        f'<text x="12" y="{_T + _PLOT_H / 2}" transform="rotate(-90 12 {_T + _PLOT_H / 2})" '
-        'text-anchor="middle">$ per 1k successful (log)</text>',
-    ]
-    out += svg.y_axis(_log_ticks(10**y0, 10**y1), sy, _L, grid_to=_W - _R, label=lambda v: f"{v:.2g}")
-    # the tick labels low enough to clear the lowest y tick label at the corner
-    out += [svg.x_label(sx(r), bottom + 19, f"{r:g}") for r in rates]
-    rows = bottom + 54  # the legend's first row, below the axis label
+    out = [*fr.head(), fr.box()]
+    out += svg.y_axis(yt, lambda t: fr.y_at(t, y0, y1), fr.left, grid_to=fr.right, label=yname)
+    row = fr.tick_row()
+    out += [svg.x_label(sx(r), row, n) for r, n in zip(rates, xnames, strict=True)]
+    names = []
     for i, (name, s) in enumerate(series.items()):
         color = svg.COLORS[i % len(svg.COLORS)]
         if s:
@@ -221,21 +211,20 @@ def plot(c: dict[str, Any]) -> str:
             f"<title>{svg.escape(name)} at {x:g} req/s: {y:.6g} per 1k</title></circle>"
             for x, y in s
         ]
-        label = name if s else f"{name}: capacity unknown (held the SLO at no rate tried)"
-        out.append(f'<text x="{_L}" y="{rows + _ROW * i}" fill="{color}">{svg.escape(label)}</text>')
+        names.append(name if s else f"{name}: capacity unknown (held the SLO at no rate tried)")
     cross = c.get("crossover_rps")
-    note_y = rows + 2 * _ROW
     if cross is not None:
         x = sx(cross)
         out.append(
-            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{_T}" y2="{bottom}" stroke="#2ca02c" '
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{fr.top:.1f}" y2="{fr.bottom:.1f}" stroke="#2ca02c" '
             'stroke-width="1.5" stroke-dasharray="4 3"/>'
         )
-        out.append(f'<text x="{_L}" y="{note_y}" fill="#2ca02c">crossover at {cross:g} req/s (dashed)</text>')
+        note = f"crossover at {cross:g} req/s (dashed)"
     else:
         words = "not within the rates tried" if c.get("outcome") == "not_within_rates" else "inconclusive"
-        out.append(f'<text x="{_L}" y="{note_y}">crossover: {words}</text>')
-    return "\n".join([*out, "</svg>"])
+        note = f"crossover: {words}"
+    foot, height = fr.foot(row, names, notes=[note])
+    return fr.finish(out + foot, height)
 
 
 def figure(c: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ from netgain.analysis.rundir import (
 )
 from netgain.analysis.tail import BAND, attribute, phase_matrix
 from netgain.contract.phases import PHASES
-from netgain.contract.rundir import SCHEMA_VERSION
+from netgain.contract.rundir import DEFAULT_MAX_SEND_LAG_MS, SCHEMA_VERSION
 
 PLOT_METRICS = (
     "netgain_gpu_utilization_ratio",
@@ -216,7 +216,7 @@ def _resources(
         warnings.append("no samples.parquet: GPU/CPU utilization and the bottleneck kind are unknown")
     ser = bn.series(samples, rows.t0, rows.t1)
     gpu, cpu, queue = bn.summarize_resources(ser, meta, rows.dur, bn.requests_by_pid(span_log))
-    max_lag = float(_cfg(meta).get("max_send_lag_ms") or 5.0)
+    max_lag = float(_cfg(meta).get("max_send_lag_ms") or DEFAULT_MAX_SEND_LAG_MS)
     device = str((meta.get("server") or {}).get("device") or "unknown")
     bott = bn.classify(
         gpu,
@@ -235,7 +235,7 @@ def _resources(
 
 def _validity(meta: dict[str, Any], send_lag: dict[str, Any], dropped: int) -> tuple[bool, list[str]]:
     """The load generator's own verdict, then ours: (valid, reasons)."""
-    max_lag = float(_cfg(meta).get("max_send_lag_ms") or 5.0)
+    max_lag = float(_cfg(meta).get("max_send_lag_ms") or DEFAULT_MAX_SEND_LAG_MS)
     validity = meta.get("validity") or {}
     reasons = [str(r) for r in validity.get("reasons") or []]
     if validity.get("valid") is False and not reasons:

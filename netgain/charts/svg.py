@@ -21,14 +21,15 @@ from html import escape
 
 __all__ = [
     "COLORS",
+    "Frame",
     "bar",
     "bar_chart",
     "empty",
     "escape",
     "fit",
     "flow_legend",
-    "legend",
     "line_chart",
+    "log_ticks",
     "open_svg",
     "polygon",
     "polyline",
@@ -188,16 +189,6 @@ def x_label(x: float, y: float, text: str, font_size: int | None = None) -> str:
     return f'<text x="{x:.1f}" y="{y}"{size} text-anchor="middle">{escape(text)}</text>'
 
 
-def legend_entry(i: int, name: str, x: float, y0: float) -> str:
-    """The ``i``-th line of a legend stacked at ``x`` (``name`` in the ``i``-th series colour);
-    ``flow_legend`` lays a legend out so that it fits."""
-    return f'<text x="{x}" y="{y0 + 14 * (i + 1)}" fill="{COLORS[i % len(COLORS)]}">{escape(name)}</text>'
-
-
-def legend(names: Iterable[str], x: float, y0: float) -> list[str]:
-    return [legend_entry(i, name, x, y0) for i, name in enumerate(names)]
-
-
 def flow_legend(
     names: Sequence[str], x: float, y: float, width: float, *, swatch: str = "line"
 ) -> tuple[list[str], float]:
@@ -242,7 +233,7 @@ def ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [start + i * step for i in range(int((hi - start) / step + 1e-9) + 1)]
 
 
-def _log_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+def log_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     """Tick positions (log10 of the values) between ``lo`` and ``hi`` (log10 too): 1-2-5 steps per
     decade, or decades alone, or, in a range narrower than that, evenly spaced positions."""
     for mults in ((1, 2, 5), (1,)):
@@ -276,9 +267,10 @@ def _fmt(v: float) -> str:
 # -- the report's charts ---------------------------------------------------------------------------
 
 
-class _Frame:
+class Frame:
     """A chart's layout: a wrapped title on top, a plot of ``PLOT_H`` with y tick labels left of it
-    (and the rotated y label left of those), x tick labels and the x label under it, then the legend.
+    (and the rotated y label left of those), x tick labels and the x label under it, then the legend
+    and any notes.
     ``left``, ``right``, ``top`` and ``bottom`` are the plot's edges."""
 
     def __init__(
@@ -300,6 +292,21 @@ class _Frame:
     @property
     def width(self) -> float:
         return self.right - self.left
+
+    def x_at(self, t: float, lo: float, hi: float) -> float:
+        """The x of ``t`` on an axis from ``lo`` (the plot's left edge) to ``hi`` (its right edge)."""
+        return self.left + (t - lo) / (hi - lo) * self.width
+
+    def y_at(self, t: float, lo: float, hi: float) -> float:
+        """The y of ``t`` on an axis from ``lo`` (the plot's bottom) to ``hi`` (its top)."""
+        return self.bottom - (t - lo) / (hi - lo) * PLOT_H
+
+    def box(self, stroke: str = "#999") -> str:
+        """The plot's outline."""
+        return (
+            f'<rect class="plot" x="{self.left:.1f}" y="{self.top:.1f}" width="{self.width:.1f}" '
+            f'height="{PLOT_H}" fill="none" stroke="{stroke}"/>'
+        )
 
     def head(self) -> list[str]:
         mid = (self.top + self.bottom) / 2
@@ -330,8 +337,11 @@ class _Frame:
         """Baseline of the x tick labels: clear of the lowest y tick label."""
         return self.bottom + 19
 
-    def foot(self, y: float, legend_names: Sequence[str], swatch: str = "line") -> tuple[list[str], float]:
-        """The x label and the legend from baseline-row ``y`` down; returns them and the height."""
+    def foot(
+        self, y: float, legend_names: Sequence[str], swatch: str = "line", notes: Sequence[str] = ()
+    ) -> tuple[list[str], float]:
+        """The x label, the legend and a line for each note from baseline-row ``y`` down; returns
+        them and the height."""
         out = []
         if self.xlabel_lines:
             y += LINE
@@ -341,7 +351,11 @@ class _Frame:
             y += LINE * (len(self.xlabel_lines) - 1)
         items, h = flow_legend(legend_names, MARGIN, y + 8, W - 2 * MARGIN, swatch=swatch)
         out += items
-        return out, y + 8 + h + MARGIN
+        y += 8 + h
+        for note in notes:
+            out.append(svg_text(MARGIN, y + 12, fit(note, W - 2 * MARGIN), full=note, cls="note"))
+            y += LINE
+        return out, y + MARGIN
 
     @staticmethod
     def finish(parts: list[str], height: float) -> str:
@@ -386,11 +400,11 @@ def line_chart(
 
     # x ticks: as many as fit without their labels touching
     xt: list[float] = []
-    fr = _Frame(title, xlabel, ylabel, y_labels=[_fmt(v) for v in yt])
+    fr = Frame(title, xlabel, ylabel, y_labels=[_fmt(v) for v in yt])
     for n in (6, 5, 4, 3, 2):
-        xt = _log_ticks(x0, x1, n) if logx else ticks(x0, x1, n)
+        xt = log_ticks(x0, x1, n) if logx else ticks(x0, x1, n)
         reserve = max(text_width(xname(t)) for t in xt) / 2 + 2
-        fr = _Frame(title, xlabel, ylabel, y_labels=[_fmt(v) for v in yt], x_reserve=reserve)
+        fr = Frame(title, xlabel, ylabel, y_labels=[_fmt(v) for v in yt], x_reserve=reserve)
         pos = [fr.left + (t - x0) / (x1 - x0) * fr.width for t in xt]
         if _spread(pos, [xname(t) for t in xt]):
             break
@@ -406,11 +420,7 @@ def line_chart(
     def sy(y: float) -> float:
         return fr.bottom - (y - y0) / (y1 - y0) * PLOT_H
 
-    out = fr.head()
-    out.append(
-        f'<rect class="plot" x="{fr.left:.1f}" y="{fr.top:.1f}" width="{fr.width:.1f}" height="{PLOT_H}" '
-        'fill="none" stroke="#999"/>'
-    )
+    out = [*fr.head(), fr.box()]
     out += y_axis(yt, sy, fr.left, grid_to=fr.right)
     row = fr.tick_row()
     out += [x_label(px(t), row, xname(t)) for t in xt]
@@ -435,16 +445,12 @@ def bar_chart(categories: list[str], series: dict[str, list[float | None]], titl
         return empty(title)
     y0, y1 = min(0.0, min(vals)), max(max(vals), 1e-9)
     yt, y1 = _value_ticks(y0, y1)
-    fr = _Frame(title, "", ylabel, y_labels=[_fmt(v) for v in yt])
+    fr = Frame(title, "", ylabel, y_labels=[_fmt(v) for v in yt])
 
     def sy(y: float) -> float:
         return fr.bottom - (y - y0) / (y1 - y0) * PLOT_H
 
-    out = fr.head()
-    out.append(
-        f'<rect class="plot" x="{fr.left:.1f}" y="{fr.top:.1f}" width="{fr.width:.1f}" height="{PLOT_H}" '
-        'fill="none" stroke="#eee"/>'
-    )
+    out = [*fr.head(), fr.box("#eee")]
     group_w = fr.width / len(categories)
     bar_w = group_w * 0.8 / max(1, len(series))
     out += y_axis(yt, sy, fr.left, grid_to=fr.right)
@@ -482,7 +488,7 @@ def timeline(rows: dict[str, list[tuple[str, float, float]]], title: str) -> str
     end = max(s + d for _, s, d in spans) or 1.0
     totals = [f"{_fmt(sum(d for _, _, d in r))} s" for r in rows.values()]
     end_label = f"{_fmt(end)} s"
-    fr = _Frame(title, "seconds since process start", "")
+    fr = Frame(title, "seconds since process start", "")
     fr.right = W - MARGIN - max(text_width(t) for t in [*totals, end_label]) - 6
     plot_w = fr.width
     out = fr.head()

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from netgain.cli.args import CliError, flag
+from netgain.contract.rundir import DEFAULT_MAX_SEND_LAG_MS
 
 ARRIVALS = ("constant", "poisson", "gamma", "onoff", "diurnal")
 
@@ -96,7 +97,11 @@ def add_parser(sub: Any) -> None:
         "or an L4 balancer, spread load per connection)",
     )
     flag(
-        p, "--max-send-lag-ms", type=float, default=5.0, help="send-lag p99 above this makes the run INVALID"
+        p,
+        "--max-send-lag-ms",
+        type=float,
+        default=DEFAULT_MAX_SEND_LAG_MS,
+        help="send-lag p99 above this makes the run INVALID",
     )
     flag(p, "--slo-p99-ms", type=float, default=None, help="exit 4 when p99 latency is above this")
     flag(

@@ -19,6 +19,9 @@ from netgain.errors import NetgainError
 SCHEMA_VERSION = 1
 #: The key holding it, first in ``meta.json`` and ``report.json``.
 SCHEMA_KEY = "schema"
+#: Send-lag p99 (ms) above which a run is invalid: ``netgain load``'s default, and the report's for a
+#: ``meta.json`` that names no ``max_send_lag_ms``.
+DEFAULT_MAX_SEND_LAG_MS = 5.0
 
 META = "meta.json"
 REQUESTS = "requests.parquet"

@@ -26,7 +26,6 @@ import numpy as np
 from netgain.server.batching.pipeline import Batch, Pipeline, PipelineConfig
 from netgain.server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
 from netgain.server.config import ServeConfig
-from netgain.server.handlers import create_handler
 from netgain.server.handlers.base import Handler
 from netgain.server.multiproc.slots import (
     CODES,
@@ -130,16 +129,12 @@ class DeviceProcess:
         """Build, place and warm the model (the device part of the cold start)."""
         import torch
 
-        from netgain.server.app import warm_up
-        from netgain.server.device import DeviceRunner
+        from netgain.server.bootstrap import build_handler, build_runners, warm_up
 
         cfg = self.cfg
         torch.set_num_threads(intra_op_threads(cfg, self.device, len(self.pipes.requests)))
-        self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
-        self.runners = [
-            DeviceRunner(self.handler, self.device, cfg.dtype, cfg.nvtx, cfg.cuda_graphs)
-            for _ in range(cfg.instances)
-        ]
+        self.handler = build_handler(cfg)
+        self.runners = build_runners(self.handler, self.device, cfg)
         for runner in self.runners:
             runner.place(self.handler.build_model())
             self.marks.setdefault("model_built", time.time())
@@ -150,28 +145,14 @@ class DeviceProcess:
 
     def start(self, metrics_port: bool) -> dict[str, Any]:
         import torch
-        from prometheus_client import CollectorRegistry, start_http_server
 
-        from netgain.server.app import versions
-        from netgain.server.telemetry.metrics import ServerMetrics
-        from netgain.server.telemetry.otlp import build_tracing
-        from netgain.server.telemetry.recorder import Recorder
-        from netgain.server.telemetry.samplers import Sampler
+        from netgain.server.bootstrap import build_telemetry, serve_metrics, versions
 
         cfg = self.cfg
-        self.registry = CollectorRegistry()
-        self.metrics = ServerMetrics(self.registry, self.handler.name, self.device)
+        # No span log here: the frontends write each request's spans.
+        self.telemetry = build_telemetry(cfg, self.handler.name, self.device, runs_model=True, span_log=False)
+        self.metrics, self.recorder = self.telemetry.metrics, self.telemetry.recorder
         self.requests = RequestQueue(cfg.max_queue_size)  # the server-wide bound, over every frontend
-        tracer, exporter = build_tracing(
-            cfg.otlp_endpoint, self.metrics if cfg.instrumentation else None, self.handler.name, self.device
-        )
-        self.recorder = Recorder(
-            self.metrics if cfg.instrumentation else None,
-            None,
-            cfg.recorder_interval_s,
-            tracer=tracer,
-            exporter=exporter,
-        )
         threads = max(2, cfg.pre_threads)  # gathering items from slots and collating: no decode here
         staging = len(self.runners) + threads + 2 if self.device.startswith("cuda") else 0
         self.pipeline = Pipeline(
@@ -182,25 +163,13 @@ class DeviceProcess:
             self.deliver,
             self._on_batch,
         )
-        gpu_index = None
-        if self.device.startswith("cuda"):
-            gpu_index = int(self.device.split(":")[1]) if ":" in self.device else 0
-        self.sampler = Sampler(
-            self.metrics,
-            cfg.instances,
-            gpu_index,
-            cfg.sample_interval_s,
-        )
         m = self.metrics
         m.queue_depth.labels(**m.labels).set_function(lambda: len(self.requests))
         port = -1
         if metrics_port:
-            httpd, _ = start_http_server(0, addr="127.0.0.1", registry=self.registry)
-            self._httpd = httpd
-            port = int(httpd.server_port)
+            self._httpd, port = serve_metrics(self.telemetry.registry, 0, "127.0.0.1")
         self.pipeline.start()
-        self.recorder.start()
-        self.sampler.start()
+        self.telemetry.start()
         threading.Thread(target=self._read, name="netgain-handoff", daemon=True).start()
         gc.collect()
         gc.freeze()  # the model and torch's objects: a full collection no longer walks them
@@ -315,8 +284,7 @@ class DeviceProcess:
     def stop(self) -> None:
         self.requests.close()
         self.pipeline.stop()
-        self.sampler.stop()
-        self.recorder.stop()
+        self.telemetry.stop()
         httpd = getattr(self, "_httpd", None)
         if httpd is not None:
             httpd.shutdown()

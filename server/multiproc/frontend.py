@@ -234,14 +234,14 @@ class Frontend:
     ) -> None:
         import torch
 
-        from netgain.server.handlers import create_handler
+        from netgain.server.bootstrap import build_handler
 
         torch.set_num_threads(1)  # one thread per pre-processing thread: torch's default oversubscribes
         self.cfg = cfg
         self.index = index
         self.device = device
         self.pre_processes = pre_processes  # > 0: they take the shared work, this frontend's threads do not
-        self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
+        self.handler = build_handler(cfg)
         self.pool = ThreadPoolExecutor(
             cfg.pre_threads, thread_name_prefix="netgain-prepost", initializer=name_os_thread
         )
@@ -266,53 +266,35 @@ class Frontend:
         raise ValueError("profile captures need the one-process server: serve with --workers 0")
 
     async def serve(self, ctl: Any) -> int:
-        from grpc_health.v1 import health, health_pb2
-        from prometheus_client import CollectorRegistry, start_http_server
-
         from netgain.protos import inference_pb2 as pb
-        from netgain.protos.service import SERVICE_NAME
-        from netgain.server.app import start_grpc
-        from netgain.server.service import InferenceServicer, Limits
-        from netgain.server.telemetry.metrics import ServerMetrics
-        from netgain.server.telemetry.otlp import build_tracing
-        from netgain.server.telemetry.recorder import Recorder, SpanLog
-        from netgain.server.telemetry.samplers import Sampler
+        from netgain.server.bootstrap import (
+            build_servicer,
+            build_telemetry,
+            drain,
+            new_health,
+            serve_metrics,
+            set_health,
+            start_grpc,
+        )
 
         cfg = self.cfg
         loop = asyncio.get_running_loop()
         self.handoff.attach(loop)
-        registry = CollectorRegistry()
-        metrics = ServerMetrics(registry, self.handler.name, self.device)
-        span_log = SpanLog(cfg.span_log, cfg.span_log_max_bytes) if cfg.span_log else None
-        tracer, exporter = build_tracing(
-            cfg.otlp_endpoint, metrics if cfg.instrumentation else None, self.handler.name, self.device
+        # Runs no model: no instances to sample; each request's phases are recorded here.
+        tel = build_telemetry(
+            cfg, self.handler.name, self.device, runs_model=False, span_log=True, per_request_phases=True
         )
-        self.handoff.tracer = tracer
-        recorder = Recorder(
-            metrics if cfg.instrumentation else None,
-            span_log,
-            cfg.recorder_interval_s,
-            per_request_phases=True,
-            tracer=tracer,
-            exporter=exporter,
-        )
+        metrics = tel.metrics
+        self.handoff.tracer = tel.tracer
         max_items = min(cfg.max_items_per_request, self.handoff.ring.slots, MAX_ITEMS_PER_RECORD)
-        self.servicer = InferenceServicer(
-            self.handler.name,
-            self.handoff,  # type: ignore[arg-type]
-            recorder if cfg.instrumentation or span_log or tracer else None,
-            Limits(max_items, cfg.max_message_bytes),
-            self.info,
-            self._no_profile,
-            instrumented=cfg.instrumentation,
+        self.servicer = build_servicer(
+            cfg, self.handler.name, self.handoff, tel, max_items, self.info, self._no_profile
         )
-        sampler = Sampler(metrics, 0, None, cfg.sample_interval_s)  # runs no model: no instances
-        health_servicer = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        health_servicer = new_health()
         server, _ = await start_grpc(cfg, self.servicer, health_servicer)
         metrics_port = -1
         if cfg.metrics_port >= 0:
-            httpd, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
-            metrics_port = int(httpd.server_port)
+            _, metrics_port = serve_metrics(tel.registry, 0, "127.0.0.1")
         metrics.in_flight.labels(**metrics.labels).set_function(lambda: self.servicer.in_flight)
         metrics.queue_depth.labels(**metrics.labels).set_function(lambda: 0)
         stop = asyncio.Event()
@@ -327,28 +309,18 @@ class Frontend:
         await asyncio.wait({go, stopped}, return_when=asyncio.FIRST_COMPLETED)
         if go.done() and go.result() is not None:
             self.info_message = pb.ServerInfoResponse.FromString(go.result())
-            recorder.start()
-            sampler.start()
+            tel.start()
             if self.handoff.taker is not None and not self.pre_processes:
                 self.handoff.taker.start(cfg.pre_threads)
             self.servicer.ready = True
-            for name in ("", SERVICE_NAME):
-                await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await set_health(health_servicer, True)
             await stopped
         # Drain: refuse new requests at once, finish those in flight, then leave.
-        self.servicer.stopping = True
         self.handoff.close()
-        for name in ("", SERVICE_NAME):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-        started = time.monotonic()
-        stopping = asyncio.ensure_future(server.stop(cfg.grace_s))
-        while self.servicer.in_flight and time.monotonic() - started < cfg.grace_s:
-            await asyncio.sleep(0.01)
-        await stopping
+        await drain(server, self.servicer, health_servicer, cfg.grace_s)
         if self.handoff.taker is not None:
             await asyncio.to_thread(self.handoff.taker.stop)
-        sampler.stop()
-        recorder.stop()
+        tel.stop()
         self.pool.shutdown(wait=True)
         return 0
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import multiprocessing as mp
 import os
 import pickle
@@ -67,8 +66,8 @@ class Supervisor:
     def __init__(self, cfg: ServeConfig, cold: ColdStart) -> None:
         import torch
 
+        from netgain.server.bootstrap import build_handler
         from netgain.server.device import resolve_device
-        from netgain.server.handlers import create_handler
         from netgain.server.ports import claim_port
 
         # NVML answers "is there a GPU" without initialising CUDA, which a fork must not inherit.
@@ -77,7 +76,7 @@ class Supervisor:
         self.device = resolve_device(cfg.device)
         self.cfg = dataclasses.replace(cfg, port=claim_port(cfg.host, cfg.port))
         self.cold = cold
-        self.handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
+        self.handler = build_handler(cfg)
         self.slot_bytes, self.pre_ms, self.item_bytes = measure_items(self.handler, cfg.seed)
         usable = os.sched_getaffinity(0)
         self.kept = cfg.resolved_device_cores(len(usable), self.device, self.item_bytes)
@@ -166,8 +165,9 @@ class Supervisor:
         raise ValueError(f"{what} did not start within {timeout_s:.0f} s")
 
     def _start_metrics(self) -> None:
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
 
+        from netgain.server.bootstrap import serve_metrics
         from netgain.server.multiproc.metrics_merge import MergedCollector
         from netgain.server.telemetry.metrics import ServerMetrics
 
@@ -177,24 +177,15 @@ class Supervisor:
             return
         merged = CollectorRegistry()
         merged.register(MergedCollector(self.local, lambda: list(self.child_ports.values())))
-        httpd, _ = start_http_server(self.cfg.metrics_port, addr=self.cfg.host, registry=merged)
-        self._httpd = httpd
-        self.metrics_port = int(httpd.server_port)
+        self._httpd, self.metrics_port = serve_metrics(merged, self.cfg.metrics_port, self.cfg.host)
 
     def _write_ports(self) -> None:
-        cfg = self.cfg
-        line = f"grpc {cfg.host}:{cfg.port}"
-        if self.metrics_port >= 0:
-            line += f", metrics http://{cfg.host}:{self.metrics_port}/metrics"
-        say(line)
-        if cfg.ports_file:
-            tmp = cfg.ports_file + ".tmp"
-            with open(tmp, "w") as fh:
-                json.dump({"grpc": cfg.port, "metrics": self.metrics_port, "pid": os.getpid()}, fh)
-            os.replace(tmp, cfg.ports_file)
+        from netgain.server.bootstrap import write_ports
+
+        write_ports(self.cfg, self.cfg.port, self.metrics_port)
 
     def _info(self, device: dict[str, Any]) -> bytes:
-        from netgain.server.app import server_info
+        from netgain.server.bootstrap import server_info
 
         return server_info(
             self.cfg,
@@ -211,18 +202,9 @@ class Supervisor:
         ).SerializeToString()
 
     def _publish_static(self) -> None:
-        m, cfg = self.metrics, self.cfg
-        for name, _, duration in self.cold.timeline():
-            m.cold_start.labels(**m.labels, phase=name).set(duration)
-        m.ready.labels(**m.labels).set(1)
-        m.info.labels(**m.labels).info(
-            {
-                "dtype": cfg.dtype,
-                "torch": self.versions.get("torch", ""),
-                "max_batch_size": str(cfg.max_batch_size),
-                "instances": str(cfg.instances),
-            }
-        )
+        from netgain.server.bootstrap import publish_static
+
+        publish_static(self.metrics, self.cfg, self.cold, self.versions.get("torch", ""))
 
     # -- run ---------------------------------------------------------------------------
     def run(self) -> int:

@@ -135,9 +135,9 @@ def prep_main(
     """Entry point of a forked pre-processing process: one taker thread, one torch thread; the
     supervisor stops it over ``ctl`` once the frontends have drained."""
     import torch
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
 
-    from netgain.server.handlers import create_handler
+    from netgain.server.bootstrap import build_handler, serve_metrics
     from netgain.server.telemetry.metrics import ServerMetrics
     from netgain.server.telemetry.samplers import Sampler
 
@@ -148,15 +148,14 @@ def prep_main(
     os.nice(cfg.worker_nice)  # the device process's kernel launches go first when cores are short
     try:
         torch.set_num_threads(1)
-        handler = create_handler(cfg.model, cfg.handler_options, cfg.seed)
+        handler = build_handler(cfg)
         warm_preprocess(handler, cfg)
         metrics_port = -1
         sampler = None
         if cfg.metrics_port >= 0:  # this process's CPU, merged into the server's one /metrics
             registry = CollectorRegistry()
             metrics = ServerMetrics(registry, handler.name, device)
-            httpd, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
-            metrics_port = int(httpd.server_port)
+            _, metrics_port = serve_metrics(registry, 0, "127.0.0.1")
             sampler = Sampler(metrics, 0, None, cfg.sample_interval_s)
         taker = Taker(handler, rings, index, work_fds, request_fd)
         ctl.send(("listening", {"metrics_port": metrics_port, "pid": os.getpid()}))

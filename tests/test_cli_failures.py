@@ -1,4 +1,4 @@
-"""Issue 20: the load generator's, report's and CLI's failures say what happened, in one line.
+"""The load generator's, report's and CLI's failures say what happened, in one line.
 
 Fast checks call the library or ``netgain.cli.main`` in-process; the slow ones start real
 ``netgain serve`` / ``netgain load`` processes on 127.0.0.1, every wait bounded.
@@ -37,7 +37,7 @@ def one_line_error(err: str) -> str:
     return lines[0]
 
 
-# -- item 6: one-line argument errors ---------------------------------------------------------
+# -- one-line argument errors ---------------------------------------------------------
 @pytest.mark.parametrize(
     "argv, words",
     [
@@ -66,7 +66,7 @@ def test_out_that_is_a_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFi
     assert rc == 2 and "is a file" in one_line_error(capsys.readouterr().err)
 
 
-# -- item 5: an existing run is not overwritten without --force ---------------------------------
+# -- an existing run is not overwritten without --force ---------------------------------
 def test_out_with_a_run_is_refused_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = make_run(tmp_path / "run", duration_s=2.0, warmup_s=0.5)
     (run / "report.json").write_text("{}")
@@ -78,7 +78,7 @@ def test_out_with_a_run_is_refused_unless_forced(tmp_path: Path, capsys: pytest.
     _check_out(str(tmp_path / "new"), force=False)  # a new directory is fine
 
 
-# -- item 7: one meaning per environment variable ----------------------------------------------
+# -- one meaning per environment variable ----------------------------------------------
 def _flag_users() -> dict[str, set[str]]:
     users: dict[str, set[str]] = {}
 
@@ -119,7 +119,7 @@ def test_flags_whose_meaning_differs_read_a_per_command_variable(monkeypatch: py
     assert env_name("--max-batch-size", "SERVE") == "NETGAIN_MAX_BATCH_SIZE"
 
 
-# -- item 2: a recorded trace replays whole unless asked -----------------------------------------
+# -- a recorded trace replays whole unless asked -----------------------------------------
 def _args(**kw: Any) -> argparse.Namespace:
     base = {"trace": "rec.csv", "rate": None, "duration": None, "warmup_s": 0.0}
     base.update(kw)
@@ -142,7 +142,7 @@ def test_a_recorded_trace_replays_whole_and_exactly_by_default() -> None:
     assert len(scaled) == 6000 and "time scaled" in note and measured == pytest.approx(scaled.duration_s)
 
 
-# -- item 3: a size column under another name is not silently ignored ---------------------------
+# -- a size column under another name is not silently ignored ---------------------------
 def test_a_size_like_column_is_an_error_naming_size_column(tmp_path: Path) -> None:
     p = tmp_path / "t.csv"
     p.write_text("t,size_bytes\n0.0,5000\n0.1,6000\n")
@@ -155,14 +155,14 @@ def test_a_size_like_column_is_an_error_naming_size_column(tmp_path: Path) -> No
     assert list(read_trace(p).size) == [5000]
 
 
-# -- item 4: more distinct payloads per size bucket -----------------------------------------------
+# -- more distinct payloads per size bucket -----------------------------------------------
 def test_payload_variants_give_distinct_payloads() -> None:
     few = {PayloadFactory("null", variants=8).request_bytes(i, 1000, 1) for i in range(64)}
     many = {PayloadFactory("null", variants=64).request_bytes(i, 1000, 1) for i in range(64)}
     assert len(few) == 8 and len(many) == 64
 
 
-# -- item 9: report's one-line errors and a closed pipe -------------------------------------------
+# -- report's one-line errors and a closed pipe -------------------------------------------
 def test_report_on_a_wrong_typed_meta_field_is_one_line(tmp_path: Path) -> None:
     run = make_run(tmp_path / "run", duration_s=2.0, warmup_s=0.5)
     meta = json.loads((run / "meta.json").read_text())
@@ -198,7 +198,7 @@ def test_report_headline_says_the_target_went_away(
     assert first.startswith("RUN: VALID - TARGET WENT AWAY:") and "UNAVAILABLE" in first
 
 
-# -- item 6: a refused connection fails fast -------------------------------------------------------
+# -- a refused connection fails fast -------------------------------------------------------
 def test_a_refused_connection_fails_in_seconds_not_the_whole_wait() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -209,7 +209,7 @@ def test_a_refused_connection_fails_in_seconds_not_the_whole_wait() -> None:
     assert time.monotonic() - t0 < 10.0
 
 
-# -- item 6: a taken metrics port, and the server's reason through demo/drill/profile -------------
+# -- a taken metrics port, and the server's reason through demo/drill/profile -------------
 @pytest.mark.slow
 def test_a_taken_metrics_port_names_the_flag_and_orchestration_shows_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -235,7 +235,7 @@ def test_a_taken_metrics_port_names_the_flag_and_orchestration_shows_it(
     assert "status 2" in msg and f"--metrics-port {port}" in msg and "[Errno" not in msg, msg
 
 
-# -- item 1: the server killed mid-run -------------------------------------------------------------
+# -- the server killed mid-run -------------------------------------------------------------
 @pytest.mark.slow
 def test_server_killed_mid_run_exits_5_and_says_the_target_went_away(
     start_server: Any, tmp_path: Path
