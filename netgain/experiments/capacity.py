@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 
@@ -62,8 +62,8 @@ class Capacity:
 
 @dataclass
 class SearchResult:
-    trials: list[Trial] = field(default_factory=list)
-    capacity: Capacity | None = None
+    trials: list[Trial]
+    capacity: Capacity
 
 
 def expected_runs(start: float, floor: float, ceiling: float, precision: float) -> tuple[int, int]:
