@@ -32,8 +32,8 @@ def test_search_doubles_until_a_miss_then_bisects() -> None:
 
 def test_search_that_misses_at_once_halves_the_start() -> None:
     trials = search(lambda r: trial(r, r <= 20), 50, 1000, bisect_steps=2)
-    assert [t.rate for t in trials] == [50, 25, 12.5]
-    assert [t.held for t in trials] == [False, False, True]
+    assert [t.rate for t in trials] == [50, 25, 12.5, 18.75, 21.875]
+    assert [t.held for t in trials] == [False, False, True, True, False]
 
 
 def test_best_is_the_highest_capacity_and_none_without_a_hold() -> None:

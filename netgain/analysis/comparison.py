@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from netgain.analysis import cost
+from netgain.analysis import cost, pricing
 from netgain.analysis.run_summary import RunResult
 from netgain.analysis.rundir import AnalysisError
 from netgain.analysis.stats import interval
@@ -186,8 +186,55 @@ def _capacity(r: dict[str, Any]) -> float | None:
     return ((r.get("cost") or {}).get("autoscale") or {}).get("capacity_rps")
 
 
+def _side_cost_range(rate: float, cap: dict[str, Any], price: float) -> tuple[float, float] | None:
+    """(lowest, highest) steady cost per 1k at ``rate`` over a capacity bracket: the upper end of
+    the bracket gives the lower cost."""
+    point = cap.get("capacity_rps")
+    if not point or rate <= 0:
+        return None
+    top = math.inf if cap.get("unbounded") or cap.get("first_missed") is None else float(cap["first_missed"])
+    per = price / (rate * 3.6)
+    return pricing.replicas(rate, max(top, point)) * per, pricing.replicas(rate, point) * per
+
+
+def bracket_ratio(
+    rate: float, caps: dict[str, dict[str, Any]], prices: tuple[float | None, float | None]
+) -> tuple[float, list[float]] | None:
+    """(steady cost ratio at the capacities found, [low, high] over both brackets) at ``rate``."""
+    pb, pt = prices
+    if not pb or not pt:
+        return None
+    rb = _side_cost_range(rate, caps.get("baseline") or {}, pb)
+    rt = _side_cost_range(rate, caps.get("treatment") or {}, pt)
+    if rb is None or rt is None:
+        return None
+    return rt[1] / rb[1], [rt[0] / rb[1], rt[1] / rb[0]]
+
+
+def _no_rate(name: str, cap: dict[str, Any], device: str, slo: float | None) -> str:
+    objective = f"p99 <= {slo:g} ms" if slo else "the SLO"
+    return f"the {name} ({device}) cannot meet {objective} at any rate >= {cap.get('floor_rps', 0):g} req/s"
+
+
+def _separate(ratio: float, ci: list[float], precision: float | None, duration_s: float | None) -> str:
+    """What would separate an interval straddling 1: a finer search, or longer runs."""
+    gap, half = abs(ratio - 1.0), max(ratio - ci[0], ci[1] - ratio)
+    if gap < 0.005 or half <= 0:
+        return "the two cost the same within 0.5 % here: a tie no further run will break"
+    if precision is not None:
+        return f"a search to --precision {precision * gap / half * 0.8:.2g} would separate them"
+    if duration_s:
+        return f"runs of about {duration_s * (half / gap) ** 2 * 1.2:.0f} s each would separate them"
+    return "longer runs would separate them"
+
+
 def compare(
-    base: RunResult, treat: RunResult, *, slo_p99_ms: float | None, diffs: list[str]
+    base: RunResult,
+    treat: RunResult,
+    *,
+    slo_p99_ms: float | None,
+    diffs: list[str],
+    capacities: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     b, t = base.report, treat.report
     bp = (b.get("cost") or {}).get("price_per_hour")
@@ -221,7 +268,12 @@ def compare(
         if not r["valid"]:
             inconclusive.append(f"{name} run is INVALID ({'; '.join(r['invalid_reasons'])}): not evidence")
     cb, ct = effective_cost(b), effective_cost(t)
+    caps = capacities or {}
+    devices = {n: str(r.get("device") or "?") for n, r in (("baseline", b), ("treatment", t))}
+    floored = [n for n in ("baseline", "treatment") if (caps.get(n) or {}).get("reached_floor")]
     for name, r, c in (("baseline", b, cb), ("treatment", t, ct)):
+        if c is None and name in floored:
+            continue  # a side that meets the SLO at no rate is the answer below, not a gap
         if c is None:
             note = (r.get("cost") or {}).get("capacity_note") or (r.get("cost") or {}).get("note")
             inconclusive.append(
@@ -231,8 +283,34 @@ def compare(
             )
     cost_ratio = _div(ct, cb)
     cost_ci, ci_source = _priced_ratio_ci(ratios, cost_ratio)
-    if cb is not None and ct is not None:
-        sure = f", 95% CI [{cost_ci[0]:.3f}, {cost_ci[1]:.3f}] {ci_source}" if cost_ci else ""
+    precision = None
+    rate = float(t.get("offered_rps") or 0.0)
+    bracket = bracket_ratio(rate, caps, (bp, tp)) if capacities else None
+    if bracket is not None and cost_ratio is not None:  # the capacities' brackets, not run noise
+        steady, (lo, hi) = bracket
+        cost_ci, ci_source = (
+            [cost_ratio * lo / steady, cost_ratio * hi / steady],
+            "from the capacity brackets",
+        )
+        precision = float((caps.get("treatment") or {}).get("precision") or 0.1)
+    if floored:
+        ok = ok and floored == ["baseline"]
+        other = {"baseline": "treatment", "treatment": "baseline"}
+        if len(floored) == 2:
+            reasons.append(
+                f"{_no_rate('baseline', caps['baseline'], devices['baseline'], slo_p99_ms)}, and "
+                f"{_no_rate('treatment', caps['treatment'], devices['treatment'], slo_p99_ms)}: "
+                "neither side meets this SLO"
+            )
+        else:
+            n = floored[0]
+            reasons.append(
+                f"{_no_rate(n, caps[n], devices[n], slo_p99_ms)}: the {other[n]} ({devices[other[n]]}) "
+                "is the only way to meet this SLO"
+            )
+    elif cb is not None and ct is not None:
+        kind = "interval" if precision is not None else "95% CI"
+        sure = f", {kind} [{cost_ci[0]:.3f}, {cost_ci[1]:.3f}] {ci_source}" if cost_ci else ""
         if ct < cb:
             reasons.append(
                 f"cost per 1k at the SLO with cold start and idle: treatment {ct:.6f} < baseline {cb:.6f} "
@@ -245,9 +323,15 @@ def compare(
                 f"(x{ct / cb:.3f}{sure})"
             )
         if cost_ci and cost_ci[0] < 1.0 < cost_ci[1]:
+            what = (
+                "the capacity brackets overlap"
+                if precision is not None
+                else "the difference is within the noise of the throughput measurements"
+            )
+            duration = (t.get("config") or {}).get("duration_s")
             inconclusive.append(
-                f"the cost ratio's 95% interval [{cost_ci[0]:.3f}, {cost_ci[1]:.3f}] straddles 1: "
-                "the difference is within the noise of the throughput measurements (run longer)"
+                f"the cost ratio's interval [{cost_ci[0]:.3f}, {cost_ci[1]:.3f}] ({ci_source}) straddles 1: "
+                f"{what}; {_separate(ct / cb, cost_ci, precision, duration)}"
             )
     tp99, bp99 = t["latency_ms"]["p99"], b["latency_ms"]["p99"]
     b_hi = (b.get("latency_ci_ms") or {}).get("p99")
@@ -295,6 +379,10 @@ def compare(
             "cost_ratio": cost_ratio,
             "cost_ratio_ci": cost_ci,
             "capacity_rps": {"baseline": _capacity(b), "treatment": _capacity(t)},
+            "capacity": capacities,
+            "only_side": None
+            if not floored or len(floored) == 2
+            else ("treatment" if floored == ["baseline"] else "baseline"),
         },
         "maintainability": maintainability(tmeta, base.meta),
         "traffic_differences": diffs,

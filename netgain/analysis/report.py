@@ -72,12 +72,17 @@ def build_report(
     sweep_dirs: list[str | Path] | None = None,
     baseline_sweep_dirs: list[str | Path] | None = None,
     capacity_rps: float | None = None,
+    baseline_capacity_rps: float | None = None,
+    capacities: dict[str, dict[str, Any]] | None = None,
     min_replicas: int = 1,
     scale_down_after_s: float = 60.0,
 ) -> dict[str, Any]:
     """The full report for ``run_dir`` (the treatment when ``baseline_dir`` is given).
 
-    Prices and the SLO default to each run's meta.json config. Raises AnalysisError (a NetgainError)
+    ``capacity_rps``/``baseline_capacity_rps``: each side's capacity at the SLO when found elsewhere
+    (the capacity search); ``capacities``: both sides' search brackets (``Capacity.to_dict()``), which
+    the verdict reads (a side that meets the SLO at no rate is an answer). Prices and the SLO default
+    to each run's meta.json config. Raises AnalysisError (a NetgainError)
     for unreadable runs and for comparisons of different traffic unless ``force``.
     """
     if bootstrap < 0:
@@ -87,6 +92,7 @@ def build_report(
         ("baseline price per hour", baseline_price_per_hour),
         ("SLO p99", slo_p99_ms),
         ("capacity", capacity_rps),
+        ("baseline capacity", baseline_capacity_rps),
     ):
         if v is not None and (not math.isfinite(v) or v <= 0):
             raise AnalysisError(f"{name} must be a positive number, got {v}")
@@ -123,12 +129,12 @@ def build_report(
             baseline_dir,
             price_per_hour=baseline_price_per_hour,
             seed=seed + 1,
-            capacity_rps=(bsweep or {}).get("capacity_rps"),
+            capacity_rps=baseline_capacity_rps or (bsweep or {}).get("capacity_rps"),
             **common,
         )
         if bsweep is not None:
             base.report["sweep"] = bsweep
-        report.update(cmp.compare(base, treat, slo_p99_ms=slo, diffs=diffs))
+        report.update(cmp.compare(base, treat, slo_p99_ms=slo, diffs=diffs, capacities=capacities))
         report["comparison"] = True
         report["warnings"] = [*report["warnings"], *(f"baseline: {w}" for w in base.report["warnings"])]
     else:

@@ -46,6 +46,10 @@ def _tuned(path: str | None) -> tuple[list[str], int]:
     return flags, batch
 
 
+# Seconds a run costs beyond its warm-up and measured window: starting `netgain load`, its report
+RUN_OVERHEAD_S = 4.0
+
+
 def _cuda_available() -> bool:
     import torch
 
@@ -71,13 +75,36 @@ def add_parser(sub: Any) -> None:
         c, "--batch-sizes", default="1,4,16,64", help="server max batch sizes to sweep (1 is always included)"
     )
     flag(c, "--items", default="1", help="client items per request to sweep, e.g. 1,8")
-    flag(c, "--rates", default=None, help="request rates of the capacity sweep (default: rate x 0.5,1,2,4)")
+    flag(
+        c,
+        "--rates",
+        default=None,
+        help="a fixed capacity sweep at these request rates instead of the capacity search",
+    )
+    flag(
+        c, "--start-rps", type=float, default=None, help="the capacity search's first rate (default: --rate)"
+    )
+    flag(
+        c,
+        "--min-rps",
+        type=float,
+        default=1.0,
+        help="the search's floor: a side missing here cannot meet the SLO",
+    )
+    flag(c, "--max-rps", type=float, default=100_000.0, help="the search's ceiling")
+    flag(
+        c,
+        "--precision",
+        type=float,
+        default=0.1,
+        help="bisect each capacity until (first missed - last held) / last held is at most this",
+    )
     flag(
         c,
         "--sweep-duration",
         type=float,
         default=None,
-        help="seconds per sweep run (default: half of --duration, at least 5)",
+        help="seconds per search (or sweep) run (default: half of --duration, at least 5)",
     )
     flag(c, "--cpu-price-per-hour", type=float, default=None, help="baseline host price (required)")
     flag(c, "--gpu-price-per-hour", type=float, default=None, help="treatment host price (required)")
@@ -169,6 +196,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    from netgain.experiments.capacity import expected_runs
     from netgain.experiments.cpu_vs_gpu import CompareConfig, Progress, Side, run_side, summarize
     from netgain.experiments.orchestrate import choose_placement
 
@@ -192,7 +220,10 @@ def run_compare(args: argparse.Namespace) -> int:
     batch_sizes = sorted(
         set(_ints(args.batch_sizes, "--batch-sizes")) | {1} | {b for _, b in tuned.values() if b}
     )
-    rates = _floats(args.rates, "--rates") if args.rates else [args.rate * f for f in (0.5, 1.0, 2.0, 4.0)]
+    rates = _floats(args.rates, "--rates") if args.rates else []
+    start = args.start_rps if args.start_rps is not None else args.rate
+    if not 0 < args.min_rps <= args.max_rps or not args.precision > 0 or not start > 0:
+        raise CliError("--min-rps must be > 0 and at most --max-rps, --precision and --start-rps > 0")
     placement = choose_placement(args.server_cpus, args.load_cpus)
     traffic = (
         ["--trace", args.trace] if args.trace else ["--arrival", args.arrival, "--rate", f"{args.rate:g}"]
@@ -209,6 +240,10 @@ def run_compare(args: argparse.Namespace) -> int:
         slo_p99_ms=args.slo_p99_ms,
         workers=placement.load_workers(args.workers),
         connections=args.connections,
+        start_rps=start,
+        min_rps=args.min_rps,
+        max_rps=args.max_rps,
+        precision=args.precision,
         out=args.out,
         handler_options=list(args.handler_option),
         seed=args.seed,
@@ -237,8 +272,25 @@ def run_compare(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    per_side = len(batch_sizes) * (2 + len([k for k in cfg.items if k != 1])) + len(rates)
-    progress = Progress(2 * per_side)
+    runs = len(batch_sizes) * (2 + len([k for k in cfg.items if k != 1]))
+    typical, most = expected_runs(start, cfg.min_rps, cfg.max_rps, cfg.precision)
+    steps = len(rates) if rates else typical
+    per_run = cfg.duration_s + cfg.warmup_s + RUN_OVERHEAD_S
+    per_step = cfg.sweep_duration_s + min(cfg.warmup_s, 2.0) + RUN_OVERHEAD_S
+    est = 2 * (runs * per_run + steps * per_step)
+    how = (
+        f"a sweep of {len(rates)} rates"
+        if rates
+        else f"a capacity search of ~{typical} runs (at most {most}) to within {cfg.precision:.0%}"
+    )
+    print(
+        f"netgain compare: per side {runs} runs of ~{per_run:.0f} s and {how} of ~{per_step:.0f} s: "
+        f"expect ~{est / 60:.0f} min"
+        + ("" if rates else f" (at most ~{2 * (runs * per_run + most * per_step) / 60:.0f} min)"),
+        file=sys.stderr,
+        flush=True,
+    )
+    progress = Progress(2 * (runs + steps), estimate=not rates)
     sides = {
         "baseline": run_side(cfg, cfg.baseline, progress),
         "treatment": run_side(cfg, cfg.treatment, progress),
@@ -258,10 +310,21 @@ def print_compare(reports: dict[str, Any], rows: list[list[Any]], out: str) -> N
         for reason in v.get("reasons", []):
             print(f"  - {reason}")
     cross = reports["warm"].get("crossover")
+    caps = reports["warm"].get("compare", {}).get("capacity") or {}
+    for name, cap in caps.items():
+        print(f"CAPACITY {name}: {_capacity_words(cap)}")
     if cross:
         from netgain.analysis.crossover import line
 
         print(line(cross))
+    for name, f in (reports["warm"].get("trace_cost") or {}).items():
+        if isinstance(f, dict):
+            print(
+                f"TRACE {name}: peak-sized fleet {f['peak']['replicas']} replicas, "
+                f"{_fmt(f['peak']['cost_per_1k'])}/1k; following the trace up to "
+                f"{f['autoscaled']['max_replicas']} replicas, {_fmt(f['autoscaled']['cost_per_1k'])}/1k "
+                f"({f['autoscaled']['scale_ups']} scale-ups of {f['autoscaled']['cold_start_s']:.1f} s)"
+            )
     from netgain.experiments.cpu_vs_gpu import limit_lines
 
     for text in limit_lines(reports["warm"].get("compare", {}).get("limits", [])):
@@ -287,6 +350,18 @@ def print_compare(reports: dict[str, Any], rows: list[list[Any]], out: str) -> N
         if i == 0:
             print("  ".join("-" * w for w in widths))
     print(f"\nreports: {out}/compare-warm/report.html, {out}/compare-cold/report.html")
+
+
+def _capacity_words(cap: dict[str, Any]) -> str:
+    if cap.get("reached_floor"):
+        return f"meets the SLO at no rate down to {cap['floor_rps']:g} req/s ({cap['runs']} runs)"
+    if cap.get("capacity_rps") is None:
+        return f"unknown ({cap.get('runs', 0)} runs)"
+    top = "held up to the ceiling" if cap.get("unbounded") else f"first missed {cap['first_missed']:.4g}"
+    return (
+        f"{cap['capacity_rps']:.4g} req/s at the SLO (last held {cap['last_held']:.4g} req/s, {top}; "
+        f"{cap['runs']} runs)"
+    )
 
 
 def _fmt(x: Any) -> str:

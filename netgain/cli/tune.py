@@ -40,9 +40,29 @@ def add_parser(sub: Any) -> None:
     flag(t, "--pre-threads-list", default="2", help="--pre-threads values to try")
     flag(t, "--pre-processes-list", default="auto", help="`netgain serve --pre-processes` values to try")
     flag(t, "--serve-args", default="", help="extra `netgain serve` flags for every configuration")
-    flag(t, "--start-rps", type=float, default=50.0, help="first rate of each search (doubles until a miss)")
+    flag(
+        t,
+        "--start-rps",
+        type=float,
+        default=50.0,
+        help="first rate of each search (halves while it misses, doubles while it holds)",
+    )
+    flag(t, "--min-rps", type=float, default=1.0, help="lowest rate tried (the floor of the search)")
     flag(t, "--max-rps", type=float, default=100_000.0, help="highest rate tried")
-    flag(t, "--bisect-steps", type=int, default=3, help="runs between the last hold and the first miss")
+    flag(
+        t,
+        "--precision",
+        type=float,
+        default=0.1,
+        help="bisect until (first missed - last held) / last held is at most this",
+    )
+    flag(
+        t,
+        "--bisect-steps",
+        type=int,
+        default=None,
+        help="at most this many runs between the last hold and the first miss (default: until --precision)",
+    )
     flag(t, "--duration", type=float, default=10.0, help="measured seconds per run")
     flag(t, "--warmup-s", type=float, default=2.0, help="warm-up seconds per run")
     flag(
@@ -76,6 +96,8 @@ def run_tune(args: argparse.Namespace) -> int:
         raise CliError("--slo-p99-ms must be > 0")
     if args.start_rps <= 0 or args.max_rps < args.start_rps:
         raise CliError("--start-rps must be > 0 and at most --max-rps")
+    if not 0 < args.min_rps <= args.start_rps or not args.precision > 0 or (args.bisect_steps or 0) < 0:
+        raise CliError("--min-rps must be > 0 and at most --start-rps, --precision > 0, --bisect-steps >= 0")
     workers = _list(args.workers_list, str, "--workers-list")
     pre_processes = _list(args.pre_processes_list, str, "--pre-processes-list")
     for flag_name, values in (("--workers-list", workers), ("--pre-processes-list", pre_processes)):
@@ -103,6 +125,8 @@ def run_tune(args: argparse.Namespace) -> int:
         start_rps=args.start_rps,
         max_rps=args.max_rps,
         bisect_steps=args.bisect_steps,
+        precision=args.precision,
+        min_rps=args.min_rps,
         duration_s=args.duration,
         warmup_s=args.warmup_s,
         load_workers=placement.load_workers(args.load_workers),
@@ -122,7 +146,7 @@ def run_tune(args: argparse.Namespace) -> int:
     print(text)
     top = tune.best(results)
     if top is None:
-        print(f"no configuration held p99 <= {args.slo_p99_ms:g} ms at {args.start_rps:g}/s or more")
+        print(f"no configuration held p99 <= {args.slo_p99_ms:g} ms at {args.min_rps:g}/s or more")
         return 4
     print(f"best: {' '.join(top.knobs.serve_args())} ({top.capacity:,.1f}/s); {args.out}/tune.json")
     return 0

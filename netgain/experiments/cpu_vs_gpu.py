@@ -1,12 +1,15 @@
 """``netgain compare``: the same traffic against a CPU baseline and a GPU treatment, warm and cold,
-across server batch sizes and client items per request, with a rate sweep for capacity at the SLO.
+across server batch sizes and client items per request, then each side's capacity at the SLO: by
+the capacity search (``netgain.experiments.capacity``, the one tune runs) at the side's chosen batch
+size, or, with ``--rates``, by a fixed rate sweep.
 
-Every run is an ordinary run directory under ``OUT/<side>/...``; a run whose ``meta.json``
-exists is reused, so an interrupted compare resumes where it stopped.
+Every run is an ordinary run directory under ``OUT/<side>/...`` (a search step's is named by its
+rate); a run whose ``meta.json`` exists is reused, so an interrupted compare resumes where it stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -17,6 +20,7 @@ from typing import Any
 
 from netgain.contract import rundir as files
 from netgain.errors import NetgainError
+from netgain.experiments import capacity
 from netgain.experiments.orchestrate import Placement, ServerProcess, run_load
 
 
@@ -38,7 +42,7 @@ class CompareConfig:
     warmup_s: float
     batch_sizes: list[int]
     items: list[int]
-    rates: list[float]
+    rates: list[float]  # a fixed sweep; empty: each side's capacity by the search
     sweep_duration_s: float
     slo_p99_ms: float
     workers: int
@@ -49,6 +53,11 @@ class CompareConfig:
     seed: int = 0
     placement: Placement | None = None  # None: servers and load generator where compare runs
     connections: int = 1  # per load worker; several let the kernel spread them over frontends
+    start_rps: float = 50.0  # the search's first rate
+    min_rps: float = 1.0  # its floor: below it a side that still misses cannot meet the SLO
+    max_rps: float = 100_000.0  # its ceiling
+    precision: float = 0.1  # bisect until (first missed - last held) / last held <= this
+    max_error_ratio: float = 1e-3  # a search step holds only with errors at most this
 
     @property
     def server_cpus(self) -> list[int] | None:
@@ -60,15 +69,20 @@ class CompareConfig:
 
 
 class Progress:
-    def __init__(self, total: int) -> None:
+    """``[done/total elapsed]`` lines on stderr; ``~total`` while the search's run count is an estimate."""
+
+    def __init__(self, total: int, estimate: bool = False) -> None:
         self.total = total
+        self.estimate = estimate
         self.done = 0
         self.started = time.monotonic()
 
     def step(self, label: str) -> None:
         self.done += 1
+        self.total = max(self.total, self.done)
         elapsed = time.monotonic() - self.started
-        print(f"[{self.done}/{self.total} {elapsed:6.0f}s] {label}", file=sys.stderr, flush=True)
+        total = f"~{self.total}" if self.estimate else str(self.total)
+        print(f"[{self.done}/{total} {elapsed:6.0f}s] {label}", file=sys.stderr, flush=True)
 
 
 def _done(run_dir: str) -> bool:
@@ -196,9 +210,12 @@ def run_side(cfg: CompareConfig, side: Side, progress: Progress) -> dict[str, An
                     _load(cfg, side, sp.target, run_dir, warmup_s=cfg.warmup_s, extra=["--items", label[5:]])
                 progress.step(f"{side.name} {side.device} batch {b} {label}: p99 {_p99(run_dir):.2f} ms")
     result["best_batch"] = best_batch(cfg, {b: r["warm"] for b, r in result["batches"].items()})
+    if not cfg.rates:
+        return search_side(cfg, side, result, progress)
     b = result["best_batch"]
     sweep = [os.path.join(root, "sweep", f"b{b}-r{r:g}") for r in cfg.rates]
     result["sweep"] = sweep
+    result["sweep_rates"] = list(cfg.rates)
     if side.from_dir or all(_done(d) for d in sweep):
         for _ in sweep:
             progress.step(f"{side.name} sweep: reused")
@@ -213,20 +230,117 @@ def run_side(cfg: CompareConfig, side: Side, progress: Progress) -> dict[str, An
         sp.wait_ready()
         for rate, run_dir in zip(cfg.rates, sweep, strict=True):
             if not _done(run_dir):
-                _load(
-                    cfg,
-                    side,
-                    sp.target,
-                    run_dir,
-                    warmup_s=min(cfg.warmup_s, 2.0),
-                    extra=[],
-                    traffic=_with_rate(cfg.traffic, rate),
-                    duration_s=cfg.sweep_duration_s,
-                )
+                _sweep_load(cfg, side, sp.target, run_dir, rate)
             progress.step(
                 f"{side.name} {side.device} sweep batch {b} at {rate:g} req/s: p99 {_p99(run_dir):.2f} ms"
             )
     return result
+
+
+def _sweep_load(cfg: CompareConfig, side: Side, target: str, run_dir: str, rate: float) -> None:
+    _load(
+        cfg,
+        side,
+        target,
+        run_dir,
+        warmup_s=min(cfg.warmup_s, 2.0),
+        extra=[],
+        traffic=_with_rate(cfg.traffic, rate),
+        duration_s=cfg.sweep_duration_s,
+    )
+
+
+def _trial(cfg: CompareConfig, run_dir: str, rate: float) -> capacity.Trial:
+    """A finished run's figures and whether it held (valid, p99 within the SLO, errors under the bound)."""
+    from netgain.analysis import build_report
+    from netgain.experiments.tune import trial
+
+    rep = build_report(run_dir, slo_p99_ms=cfg.slo_p99_ms, bootstrap=0) if _done(run_dir) else None
+    return trial(rep, rate, cfg.slo_p99_ms, cfg.max_error_ratio)
+
+
+def step_dir(root: str, batch: int, rate: float) -> str:
+    """A search step's run directory: named by its rate, so a resumed search finds it again."""
+    return os.path.join(root, "search", f"b{batch}", f"r{rate:.6g}")
+
+
+def search_side(cfg: CompareConfig, side: Side, result: dict[str, Any], progress: Progress) -> dict[str, Any]:
+    """The capacity search at the side's chosen batch size; each step a sweep run (reused when present).
+    With runs recorded elsewhere (``from_dir``) the bracket is read from the steps found there."""
+    root, b = result["root"], result["best_batch"]
+    dirs: list[tuple[float, str]] = []
+    head = f"{side.name} {side.device} search batch {b}"
+    if side.from_dir:
+        base = os.path.join(root, "search", f"b{b}")
+        names = sorted(os.listdir(base)) if os.path.isdir(base) else []
+        found = [
+            (float(n[1:]), os.path.join(base, n))
+            for n in names
+            if n.startswith("r") and _done(os.path.join(base, n))
+        ]
+        trials = [_trial(cfg, d, r) for r, d in found]
+        cap = capacity.from_trials(trials, floor=cfg.min_rps, ceiling=cfg.max_rps, precision=cfg.precision)
+        dirs = found
+        progress.step(f"{head}: {len(found)} runs reused")
+    else:
+        stack = contextlib.ExitStack()
+        server: list[ServerProcess] = []
+
+        def target() -> str:  # the server starts at the first step that has to run
+            if not server:
+                span_log = os.path.join(root, "search", f"b{b}", "spans.jsonl")
+                os.makedirs(os.path.dirname(span_log), exist_ok=True)
+                sp = stack.enter_context(
+                    ServerProcess(
+                        _serve_args(cfg, side, b, span_log),
+                        log_path=os.path.join(root, "search", f"b{b}", "server.log"),
+                        cpus=cfg.server_cpus,
+                    )
+                )
+                sp.wait_ready()
+                server.append(sp)
+            return server[0].target
+
+        def run(rate: float) -> capacity.Trial:
+            run_dir = step_dir(root, b, rate)
+            reused = _done(run_dir)
+            if not reused:
+                _sweep_load(cfg, side, target(), run_dir, rate)
+            t = _trial(cfg, run_dir, rate)
+            dirs.append((rate, run_dir))
+            word = "held" if t.held else "missed"
+            progress.step(
+                f"{head} at {rate:.4g} req/s: {t.throughput:.4g} done/s, p99 {t.p99:.2f} ms, {word}"
+                + (" (reused)" if reused else "")
+            )
+            return t
+
+        with stack:
+            cap = capacity.search(
+                run, cfg.start_rps, floor=cfg.min_rps, ceiling=cfg.max_rps, precision=cfg.precision
+            ).capacity
+    result["sweep"] = [d for _, d in dirs]
+    result["sweep_rates"] = [r for r, _ in dirs]
+    result["capacity"] = cap.to_dict()
+    print(f"{head}: {describe(cap)}", file=sys.stderr, flush=True)
+    return result
+
+
+def describe(cap: capacity.Capacity) -> str:
+    """A capacity with its bracket, in words."""
+    if cap.reached_floor:
+        return f"held the SLO at no rate down to the floor, {cap.floor_rps:g} req/s ({cap.runs} runs)"
+    if cap.capacity_rps is None:
+        return f"capacity unknown ({cap.runs} runs)"
+    top = (
+        f"held up to the ceiling, {cap.ceiling_rps:g} req/s"
+        if cap.unbounded
+        else f"first missed {cap.first_missed:.4g} req/s"
+    )
+    return (
+        f"capacity {cap.capacity_rps:.4g} req/s at the SLO (last held {cap.last_held:.4g} req/s, "
+        f"{top}; {cap.runs} runs)"
+    )
 
 
 def _with_rate(traffic: list[str], rate: float) -> list[str]:
@@ -281,7 +395,9 @@ def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dic
     base, treat = sides["baseline"], sides["treatment"]
     out: dict[str, Any] = {}
     cross: dict[str, Any] | None = None
+    trace_cost: dict[str, Any] | None = None
     limits = limits_of(cfg, sides)  # from the rate sweeps: the same for both reports
+    caps = searched(sides)
     for label in ("warm", "cold"):
         rep = build_report(
             treat["batches"][treat["best_batch"]][label],
@@ -291,6 +407,9 @@ def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dic
             slo_p99_ms=cfg.slo_p99_ms,
             sweep_dirs=[d for d in treat["sweep"] if _done(d)],
             baseline_sweep_dirs=[d for d in base["sweep"] if _done(d)],
+            capacity_rps=caps["treatment"]["capacity_rps"] if caps else None,
+            baseline_capacity_rps=caps["baseline"]["capacity_rps"] if caps else None,
+            capacities=caps,
         )
         rep["compare"] = {
             "best_batch": {"baseline": base["best_batch"], "treatment": treat["best_batch"]},
@@ -301,6 +420,11 @@ def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dic
             cross = crossover_of(cfg, sides, rep)
         rep["crossover"] = cross
         rep["compare"]["limits"] = limits
+        if caps is not None:
+            rep["compare"]["capacity"] = caps
+            if "--trace" in cfg.traffic:
+                trace_cost = trace_cost or price_trace(cfg, sides, rep)
+                rep["trace_cost"] = trace_cost
         dest = os.path.join(cfg.out, f"compare-{label}")
         os.makedirs(dest, exist_ok=True)
         write_outputs(rep, dest)
@@ -308,10 +432,53 @@ def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dic
     return out, rows
 
 
+def searched(sides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]] | None:
+    """Both sides' capacity brackets when both were found by the search, else None (a fixed sweep)."""
+    if not all("capacity" in sides[n] for n in ("baseline", "treatment")):
+        return None
+    return {n: dict(sides[n]["capacity"]) for n in ("baseline", "treatment")}
+
+
+def price_trace(cfg: CompareConfig, sides: dict[str, dict[str, Any]], rep: dict[str, Any]) -> dict[str, Any]:
+    """The trace priced per side at its searched capacity: a fleet sized for the trace's peak, and one
+    following its per-second rate, each scale-up paying the cold start its cold run measured."""
+    from netgain.analysis.pricing import fleets
+
+    rates = next(
+        (
+            a["rate_rps"]
+            for r in (rep, rep.get("baseline") or {})
+            if (a := (r.get("cost") or {}).get("autoscale") or {}).get("rate_rps")
+        ),
+        None,
+    )
+    out: dict[str, Any] = {"bin_s": 1.0}
+    for name in ("baseline", "treatment"):
+        side = cfg.baseline if name == "baseline" else cfg.treatment
+        cap = sides[name]["capacity"].get("capacity_rps")
+        cold = _cold_start_s(sides[name]["batches"][sides[name]["best_batch"]]["cold"])
+        if rates is None or not cap:
+            out[name] = None
+            continue
+        out[name] = fleets(
+            rates, bin_s=1.0, capacity_rps=cap, price_per_hour=side.price_per_hour, cold_start_s=cold or 0.0
+        )
+    return out
+
+
+def _cold_start_s(cold_run: str) -> float | None:
+    """Spawn to serving of the cold run's server (its drill.json), or None."""
+    try:
+        with open(os.path.join(cold_run, "drill.json")) as fh:
+            return float(json.load(fh)["spawn_to_serving_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def crossover_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]], rep: dict[str, Any]) -> dict[str, Any]:
-    """Cost per 1k at the SLO against the swept rates, each side at the capacity its sweep measured
-    (with its tuned configuration when given), and the rate where the treatment starts to win."""
-    from netgain.analysis.crossover import crossover
+    """Cost per 1k at the SLO against the rate, each side at the capacity its search (or sweep)
+    measured (with its tuned configuration when given), and the rate where the treatment starts to win."""
+    from netgain.analysis.crossover import crossover, from_capacities
 
     per_side: dict[str, dict[str, Any]] = {}
     for name, side in (("baseline", cfg.baseline), ("treatment", cfg.treatment)):
@@ -327,6 +494,10 @@ def crossover_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]], rep: dict
             "runs": sweep.get("runs", 0),
             "runs_meeting_slo": sweep.get("runs_meeting_slo", 0),
         }
+        if "capacity" in sides[name]:
+            per_side[name]["capacity"] = dict(sides[name]["capacity"])
+    if searched(sides):
+        return from_capacities(per_side, slo_p99_ms=cfg.slo_p99_ms)
     return crossover(cfg.rates, per_side, slo_p99_ms=cfg.slo_p99_ms)
 
 
@@ -338,7 +509,8 @@ def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict
     out: list[dict[str, Any]] = []
     for name in ("baseline", "treatment"):
         side = cfg.baseline if name == "baseline" else cfg.treatment
-        runs = [(r, d) for r, d in zip(cfg.rates, sides[name]["sweep"], strict=True) if _done(d)]
+        rates = sides[name].get("sweep_rates", cfg.rates)
+        runs = sorted((r, d) for r, d in zip(rates, sides[name]["sweep"], strict=True) if _done(d))
         if not runs:
             continue
         held = [r for r, d in runs if _meets(cfg, d)]

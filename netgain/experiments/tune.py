@@ -2,9 +2,11 @@
 
 For every combination of the lists given (frontend processes, pre-processing processes, max batch
 size, max queue delay, intra-op threads, pre-processing threads) a server is started and driven by
-``netgain load`` with Poisson arrivals at rising rates: doubling from ``start_rps`` until p99
-exceeds the SLO (or the run is INVALID, or errors exceed 0.1 %), then bisecting between the last
-rate that held and the first that did not. A configuration's capacity is the completed rate of
+``netgain load`` with Poisson arrivals at the rates the capacity search of
+``netgain.experiments.capacity`` picks (the one compare runs): from ``start_rps`` down by halves
+while a run misses (p99 over the SLO, the run INVALID, or errors over 0.1 %), up by doubling while
+it holds, then bisecting between the last rate that held and the first that did not until they are
+within ``precision``. A configuration's capacity is the completed rate of
 its best run that held. The search is the one Triton's Model Analyzer does, per device, on the
 user's own host.
 """
@@ -22,6 +24,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from netgain.errors import NetgainError
+from netgain.experiments.capacity import Capacity, Trial
+from netgain.experiments.capacity import search as capacity_search
 from netgain.experiments.orchestrate import Placement, pinned
 
 TUNE_SCHEMA = 1
@@ -46,23 +50,11 @@ class Knobs:
 
 
 @dataclass
-class Trial:
-    rate: float
-    throughput: float
-    p50: float
-    p99: float
-    errors: int
-    error_ratio: float
-    valid: bool
-    bottleneck: str
-    held: bool
-
-
-@dataclass
 class Result:
     knobs: Knobs
     trials: list[Trial] = field(default_factory=list)
     error: str = ""
+    bracket: Capacity | None = None
 
     @property
     def capacity(self) -> float | None:
@@ -81,7 +73,9 @@ class TuneConfig:
     serve_args: list[str] = field(default_factory=list)
     start_rps: float = 50.0
     max_rps: float = 100_000.0
-    bisect_steps: int = 3
+    bisect_steps: int | None = None  # at most this many bisection runs; None: until the precision
+    precision: float = 0.1
+    min_rps: float = 1.0  # the floor of the downward search
     duration_s: float = 10.0
     warmup_s: float = 2.0
     load_workers: int = 1
@@ -186,35 +180,15 @@ def measure(target: str, cfg: TuneConfig, rate: float, out: str) -> Trial:
     return trial(rep, rate, cfg.slo_p99_ms, cfg.max_error_ratio)
 
 
-def search(run: Callable[[float], Trial], start: float, limit: float, bisect_steps: int) -> list[Trial]:
-    """Doubling from ``start`` until a run misses, then bisecting: the trials, in order."""
-    trials: list[Trial] = []
-    good, bad = 0.0, 0.0
-    rate = start
-    while rate <= limit:
-        t = run(rate)
-        trials.append(t)
-        if not t.held:
-            bad = rate
-            break
-        good = rate
-        rate *= 2
-    if not bad:
-        return trials
-    for _ in range(bisect_steps):
-        if good <= 0:
-            mid = bad / 2
-            if mid < 1:
-                break
-        else:
-            mid = (good + bad) / 2
-        t = run(mid)
-        trials.append(t)
-        if t.held:
-            good = mid
-        else:
-            bad = mid
-    return trials
+def search(
+    run: Callable[[float], Trial], start: float, limit: float, bisect_steps: int | None = None
+) -> list[Trial]:
+    """The shared capacity search (``netgain.experiments.capacity``) from ``start`` up to ``limit``,
+    at most ``bisect_steps`` bisections (None: until within 10 %): the trials, in order."""
+    res = capacity_search(
+        run, start, floor=min(1.0, start), ceiling=limit, precision=0.1, max_bisect=bisect_steps
+    )
+    return res.trials
 
 
 @contextlib.contextmanager
@@ -249,7 +223,15 @@ def tune(cfg: TuneConfig, say: Callable[[str], None] = print) -> list[Result]:
                     say(f"  {rate:10,.1f}/s: {t.throughput:10,.1f}/s done, p99 {t.p99:8.1f} ms, {mark}")
                     return t
 
-                res.trials = search(one, cfg.start_rps, cfg.max_rps, cfg.bisect_steps)
+                found = capacity_search(
+                    one,
+                    cfg.start_rps,
+                    floor=min(cfg.min_rps, cfg.start_rps),
+                    ceiling=cfg.max_rps,
+                    precision=cfg.precision,
+                    max_bisect=cfg.bisect_steps,
+                )
+                res.trials, res.bracket = found.trials, found.capacity
         except (NetgainError, OSError, RuntimeError, TimeoutError) as exc:
             res.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             say(f"  failed: {res.error}")
@@ -274,6 +256,7 @@ def write(cfg: TuneConfig, results: Sequence[Result]) -> str:
                 **asdict(r.knobs),
                 "serve_args": r.knobs.serve_args(),
                 "capacity_rps": r.capacity,
+                "bracket": r.bracket.to_dict() if r.bracket else None,
                 "error": r.error,
                 "trials": [asdict(t) for t in r.trials],
             }

@@ -1,0 +1,167 @@
+"""Capacity at the SLO by search: the one search that ``tune`` and ``compare`` both run.
+
+A side's capacity at the SLO is the highest completed rate of a run that held: valid, p99 within
+the objective, errors under the bound (``Trial.held``, decided by the caller's ``run``). The search
+starts at ``start`` (clamped to [floor, ceiling]); if that run misses it halves down to the floor
+until one holds, if it holds it doubles up to the ceiling until one misses; then it bisects
+between the last rate that held and the first that missed until
+``(first_missed - last_held) / last_held <= precision``. The result is a bracket, never a point
+alone: ``last_held`` and ``first_missed`` (offered rates), and ``capacity_rps``, the best completed
+throughput among the runs that held. Nothing held down to the floor: ``reached_floor`` (the side
+cannot meet the SLO at any rate >= floor). Everything held up to the ceiling: ``unbounded``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass
+class Trial:
+    rate: float
+    throughput: float
+    p50: float
+    p99: float
+    errors: int
+    error_ratio: float
+    valid: bool
+    bottleneck: str
+    held: bool
+
+
+@dataclass
+class Capacity:
+    """The bracket a search ended with (rates in req/s)."""
+
+    capacity_rps: float | None  # best completed throughput among the runs that held
+    last_held: float | None  # highest offered rate that held
+    first_missed: float | None  # lowest offered rate above it that missed
+    floor_rps: float
+    ceiling_rps: float
+    precision: float
+    runs: int
+    reached_floor: bool = False  # nothing held, down to the floor
+    unbounded: bool = False  # everything held, up to the ceiling
+
+    @property
+    def known(self) -> bool:
+        """A capacity with both ends of its bracket (or proven absent down to the floor)."""
+        return self.reached_floor or (self.last_held is not None and self.first_missed is not None)
+
+    @property
+    def upper_rps(self) -> float | None:
+        """The most the capacity can be: the first missed rate (None when unbounded or unknown)."""
+        return self.first_missed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "known": self.known}
+
+
+@dataclass
+class SearchResult:
+    trials: list[Trial]
+    capacity: Capacity
+
+
+def expected_runs(start: float, floor: float, ceiling: float, precision: float) -> tuple[int, int]:
+    """(typical, most) runs of one search: a few doublings plus the bisection, and the worst case
+    (all the way to the floor or the ceiling, then the bisection)."""
+    bisect = max(0, math.ceil(math.log2(1.0 / precision))) if precision > 0 else 0
+    up = max(0, math.ceil(math.log2(ceiling / start))) if start > 0 else 0
+    down = max(0, math.ceil(math.log2(start / floor))) if floor > 0 else 0
+    return 1 + min(3, up + down) + bisect, 1 + max(up, down) + bisect
+
+
+def search(
+    run: Callable[[float], Trial],
+    start: float,
+    *,
+    floor: float,
+    ceiling: float,
+    precision: float = 0.1,
+    max_bisect: int | None = None,
+) -> SearchResult:
+    """Search the capacity at the SLO with ``run(rate) -> Trial``; the trials in order and the bracket.
+
+    ``max_bisect`` caps the bisection runs (None: until ``precision``).
+    """
+    if not 0 < floor <= ceiling:
+        raise ValueError(f"need 0 < floor <= ceiling, got floor {floor:g}, ceiling {ceiling:g}")
+    if precision <= 0:
+        raise ValueError(f"precision must be > 0, got {precision:g}")
+    trials: list[Trial] = []
+
+    def step(rate: float) -> bool:
+        t = run(rate)
+        trials.append(t)
+        return t.held
+
+    good: float | None = None
+    bad: float | None = None
+    rate = min(max(start, floor), ceiling)
+    if step(rate):
+        good = rate
+        while rate < ceiling:
+            rate = min(rate * 2, ceiling)
+            if not step(rate):
+                bad = rate
+                break
+            good = rate
+    else:
+        bad = rate
+        while rate > floor:
+            rate = max(rate / 2, floor)
+            if step(rate):
+                good = rate
+                break
+            bad = rate
+    bisected = 0
+    while (
+        good is not None
+        and bad is not None
+        and (bad - good) / good > precision
+        and (max_bisect is None or bisected < max_bisect)
+    ):
+        mid = (good + bad) / 2
+        bisected += 1
+        if step(mid):
+            good = mid
+        else:
+            bad = mid
+    held = [t.throughput for t in trials if t.held]
+    cap = Capacity(
+        capacity_rps=max(held) if held else None,
+        last_held=good,
+        first_missed=bad,
+        floor_rps=floor,
+        ceiling_rps=ceiling,
+        precision=precision,
+        runs=len(trials),
+        reached_floor=good is None,
+        unbounded=bad is None,
+    )
+    return SearchResult(trials, cap)
+
+
+def from_trials(trials: list[Trial], *, floor: float, ceiling: float, precision: float) -> Capacity:
+    """The bracket of runs made earlier (recorded elsewhere, or a fixed sweep): the highest rate that
+    held and the lowest above it that missed."""
+    held = [t for t in trials if t.held]
+    good = max((t.rate for t in held), default=None)
+    above = [t.rate for t in trials if not t.held and (good is None or t.rate > good)]
+    bad = min(above, default=None)
+    lowest = min((t.rate for t in trials), default=None)
+    return Capacity(
+        capacity_rps=max((t.throughput for t in held), default=None),
+        last_held=good,
+        first_missed=bad,
+        floor_rps=floor,
+        ceiling_rps=ceiling,
+        precision=precision,
+        runs=len(trials),
+        reached_floor=good is None and lowest is not None and lowest <= floor * (1 + 1e-9),
+        unbounded=bad is None and good is not None and good >= ceiling * (1 - 1e-9),
+    )

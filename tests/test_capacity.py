@@ -1,0 +1,89 @@
+"""The capacity search shared by tune and compare, driven by a fake side (no processes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from netgain.experiments.capacity import Trial, expected_runs, from_trials, search
+
+
+def side(capacity: float, seen: list[float] | None = None, thr: float = 0.97):
+    """A side that holds every rate up to ``capacity`` and completes ``thr`` of what it is offered."""
+
+    def run(rate: float) -> Trial:
+        if seen is not None:
+            seen.append(rate)
+        held = rate <= capacity
+        return Trial(rate, rate * thr, 1.0, 50.0 if held else 500.0, 0, 0.0, True, "", held)
+
+    return run
+
+
+def test_doubles_from_a_start_that_holds_then_bisects_to_the_precision() -> None:
+    seen: list[float] = []
+    res = search(side(300.0, seen), 50, floor=1, ceiling=10_000, precision=0.1)
+    assert seen == [50, 100, 200, 400, 300, 350, 325]
+    cap = res.capacity
+    assert cap is not None and (cap.last_held, cap.first_missed) == (300, 325)
+    assert (cap.first_missed - cap.last_held) / cap.last_held <= 0.1  # type: ignore[operator]
+    assert cap.capacity_rps == pytest.approx(300 * 0.97) and cap.runs == 7 and cap.known
+    assert not cap.reached_floor and not cap.unbounded
+
+
+def test_halves_from_a_start_that_misses_then_bisects() -> None:
+    seen: list[float] = []
+    cap = search(side(140.0, seen), 800, floor=1, ceiling=10_000, precision=0.1).capacity
+    assert seen[:4] == [800, 400, 200, 100] and cap is not None
+    assert cap.last_held is not None and cap.first_missed is not None
+    assert cap.last_held <= 140 < cap.first_missed
+    assert (cap.first_missed - cap.last_held) / cap.last_held <= 0.1
+
+
+def test_a_side_that_holds_at_no_rate_reaches_the_floor() -> None:
+    seen: list[float] = []
+    cap = search(side(0.5, seen), 50, floor=5, ceiling=1000, precision=0.1).capacity
+    assert seen == [50, 25, 12.5, 6.25, 5] and cap is not None
+    assert cap.reached_floor and cap.known and cap.capacity_rps is None and cap.last_held is None
+    assert cap.first_missed == 5
+
+
+def test_a_side_that_holds_everything_is_unbounded_at_the_ceiling() -> None:
+    seen: list[float] = []
+    cap = search(side(1e9, seen), 100, floor=1, ceiling=1000, precision=0.1).capacity
+    assert seen == [100, 200, 400, 800, 1000] and cap is not None
+    assert cap.unbounded and not cap.known and cap.first_missed is None and cap.last_held == 1000
+
+
+def test_precision_sets_the_number_of_bisections() -> None:
+    coarse = search(side(300.0), 50, floor=1, ceiling=10_000, precision=0.5).capacity
+    fine = search(side(300.0), 50, floor=1, ceiling=10_000, precision=0.01).capacity
+    assert coarse is not None and fine is not None and coarse.runs < fine.runs
+    for cap, p in ((coarse, 0.5), (fine, 0.01)):
+        assert (cap.first_missed - cap.last_held) / cap.last_held <= p  # type: ignore[operator]
+    capped = search(side(300.0), 50, floor=1, ceiling=10_000, precision=0.01, max_bisect=1).capacity
+    assert capped is not None and capped.runs == 5
+
+
+def test_start_is_clamped_and_bad_bounds_are_refused() -> None:
+    seen: list[float] = []
+    search(side(10.0, seen), 0.01, floor=2, ceiling=100, precision=0.5)
+    assert seen[0] == 2
+    with pytest.raises(ValueError, match="floor"):
+        search(side(1.0), 1, floor=10, ceiling=5)
+    with pytest.raises(ValueError, match="precision"):
+        search(side(1.0), 1, floor=1, ceiling=5, precision=0)
+
+
+def test_bracket_of_earlier_runs() -> None:
+    run = side(150.0)
+    cap = from_trials([run(r) for r in (400, 100, 200, 50)], floor=1, ceiling=1e5, precision=0.1)
+    assert (cap.last_held, cap.first_missed, cap.runs) == (100, 200, 4)
+    none = from_trials([run(r) for r in (400, 200)], floor=200, ceiling=1e5, precision=0.1)
+    assert none.reached_floor and none.capacity_rps is None
+
+
+def test_expected_runs_bound_the_real_count() -> None:
+    typical, most = expected_runs(50, 1, 10_000, 0.1)
+    assert typical <= most
+    res = search(side(300.0), 50, floor=1, ceiling=10_000, precision=0.1)
+    assert res.capacity is not None and res.capacity.runs <= most
