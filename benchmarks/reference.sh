@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 reference result: netgain compare for the image and text models (Poisson and a bursty
 # trace), each GPU bottleneck checked by removing it, a cold-start drill and a profile. Run from
-# the repository root on a GPU host: REF_STEPS="image confirm-image" bash benchmarks/reference.sh
+# the repository root on a GPU host: REF_STEPS="text image resnet50 bert-base" bash benchmarks/reference.sh
 # Prices assumed (USD/hour, see docs/reference/README.md): CPU baseline, a 16-vCPU
 # general-purpose instance, 0.68; GPU treatment, one H200 GPU with its share of host, 3.50.
 set -u
@@ -14,20 +14,21 @@ archive() {  # after each step, so a cut-off run still returns what it finished
   (cd "$REF" && find . \( -name 'report.*' -path '*compare-*' \) -o -name 'drill.json' -o -name 'profile-summary.*' \
      -o -name '*.txt' -o -name 'trace-*' | tar czf "$OUT/reference.tgz" -T -)
 }
-common=(--cpu-price-per-hour 0.68 --gpu-price-per-hour 3.50 --slo-p99-ms 100 --treatment-device "$DEV"
-        --duration ${DURATION:-30} --warmup-s 5 --sweep-duration ${SWEEP:-8})
-image=(--model image --batch-sizes 32 --rates ${IMAGE_RATES:-200,800,2400,4800})
-text=(--model text --handler-option pad=fixed --batch-sizes 64 --rates ${TEXT_RATES:-200,800,4000,8000})
+# Defaults only: model, prices, SLO. DURATION/SWEEP shorten the runs (say so beside the figures).
+common=(--cpu-price-per-hour 0.68 --gpu-price-per-hour 3.50 --slo-p99-ms 100 --treatment-device "$DEV")
+[ -n "${DURATION:-}" ] && common+=(--duration "$DURATION" --warmup-s 2)
+[ -n "${SWEEP:-}" ] && common+=(--sweep-duration "$SWEEP")
+image=(--model image)
+text=(--model text)
 cmp() {  # name, compare flags...
   local name=$1; shift
   python3 -m netgain.cli compare "$@" "${common[@]}" --out "$REF/$name" 2>"$REF/$name.progress.txt" \
-    | tee "$REF/$name.txt" | grep -E '^(WARM|COLD|CROSSOVER|NEXT|  - )|^(baseline|treatment) '
+    | tee "$REF/$name.txt" | tail -n 40
 }
-for step in ${REF_STEPS:-image confirm-image text confirm-text}; do
+for step in ${REF_STEPS:-text image resnet50 bert-base}; do
   echo "=== $step $(date -u +%T)"
   case $step in
-    image) cmp image "${image[@]}" --rate 200 ;;
-    text) cmp text "${text[@]}" --rate 200 ;;
+    image|text|resnet50|bert-base) cmp "$step" --model "$step" ;;
     image-bursty|text-bursty)
       m=${step%-bursty}
       python3 -m netgain.cli trace synth --arrival gamma --cv 3 --rate 200 --duration 40 --seed 0 \
