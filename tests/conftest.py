@@ -40,9 +40,11 @@ STOP_TIMEOUT_S = 20.0
 
 # -- test handlers (imported by server processes as conftest:SlowHandler) -------------------
 class SlowHandler(Handler):
-    """No torch. Options: ``load_ms`` (sleep in build_model: a window before SERVING) and
+    """No torch. Options: ``init_ms`` (sleep in the constructor: a slow handler set-up),
+    ``load_ms`` (sleep in build_model: a window before SERVING) and
     ``forward_ms`` (sleep per batch: a slow device). Payload ``b"bad"`` is invalid input;
-    the output label is the payload's length."""
+    payload ``b"slow"`` creates the file ``pre_mark`` (when given) and then sleeps ``pre_ms`` in
+    preprocess; the output label is the payload's length."""
 
     name = "slow"
     uses_device = False
@@ -51,6 +53,9 @@ class SlowHandler(Handler):
         super().__init__(options, seed)
         self.load_ms = self.int_option("load_ms", 0, lo=0)
         self.forward_ms = self.int_option("forward_ms", 0, lo=0)
+        self.pre_ms = self.int_option("pre_ms", 0, lo=0)
+        self.pre_mark = self.options.get("pre_mark", "")
+        time.sleep(self.int_option("init_ms", 0, lo=0) / 1000)
 
     def build_model(self) -> Any:
         time.sleep(self.load_ms / 1000)
@@ -59,6 +64,10 @@ class SlowHandler(Handler):
     def preprocess(self, item: pb.Input) -> Any:
         if item.data == b"bad":
             raise InvalidInput("payload is bad on purpose")
+        if item.data == b"slow":
+            if self.pre_mark:
+                Path(self.pre_mark).touch()
+            time.sleep(self.pre_ms / 1000)
         return len(item.data)
 
     def collate(self, items: list[Any]) -> Any:
