@@ -77,9 +77,11 @@ def test_a_killed_supervisor_takes_every_child_with_it_and_frees_the_port(start_
     server.close_channel()
     os.kill(server.pid, signal.SIGKILL)
     server.proc.wait(10.0)
+    killed = time.monotonic()
     assert _wait_until(lambda: all(_gone(k) for k in kids), 15.0), [
         (k.pid, k.name()) for k in kids if not _gone(k)
     ]
+    print(f"{len(kids)} children gone {time.monotonic() - killed:.2f} s after the supervisor")
     again = start_server("--model", "null", "--workers", "2", "--port", str(port))
     assert again.grpc_port == port
     assert again.stub().Infer(pb.InferRequest(inputs=[pb.Input(data=b"x")]), timeout=10.0).outputs
