@@ -24,6 +24,7 @@ from h2raw import DATA, END_HEADERS, END_STREAM, HEADERS, H2Conn, frame, grpc_he
 from netgain.protos import InferenceStub, oip_pb2, pb
 from netgain.protos.service import OipStub
 from netgain.server.handlers.tabular import TabularHandler
+from netgain.server.ports import claim_port, release_claims
 from netgain.server.service import MAX_METADATA_BYTES
 from netgain.server.threadnames import os_thread_name
 
@@ -45,6 +46,25 @@ def _wait_until(cond: Any, timeout_s: float, interval_s: float = 0.1) -> bool:
             return True
         time.sleep(interval_s)
     return bool(cond())
+
+
+def test_a_port_claim_is_exclusive_until_released() -> None:
+    """A second claim of a claimed port waits, then fails in one line naming the port; released,
+    the port can be claimed again."""
+    port = claim_port("127.0.0.1", 0)
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    try:
+        with pytest.raises(ValueError, match=f"--port {port}: another netgain serve has been starting"):
+            claim_port("127.0.0.1", port, wait_s=1.0, clock=lambda: now[0], sleep=sleep)
+        assert 0.9 < now[0] < 1.2  # it waited for the claim, polling
+    finally:
+        release_claims()
+    assert claim_port("127.0.0.1", port) == port
+    release_claims()
 
 
 def _free_port() -> int:
@@ -241,6 +261,26 @@ def test_tabular_features_that_would_overflow_the_model_are_invalid_and_named(st
     ok = stub.Infer(pb.InferRequest(inputs=[pb.Input(features=[edge, -edge] * 8)]), timeout=30.0)
     score = ok.outputs[0].score
     assert score == score and 0.0 < score <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_a_non_finite_output_fails_its_request_only_with_invalid_argument(
+    start_server: Any, workers: str
+) -> None:
+    """Post-processing that finds NaN or infinity fails that request with INVALID_ARGUMENT (one
+    process and --workers alike); the other request of the same call's batch is answered."""
+    server = start_server(
+        "--model", "conftest:SlowHandler", "--workers", workers, "--max-queue-delay-ms", "50"
+    )
+    stub = server.stub()
+    nan = stub.Infer.future(pb.InferRequest(inputs=[pb.Input(data=b"nan")]), timeout=30.0)
+    ok = stub.Infer.future(pb.InferRequest(inputs=[pb.Input(data=b"four")]), timeout=30.0)
+    assert ok.result().outputs[0].label == 4
+    with pytest.raises(grpc.RpcError) as err:
+        nan.result()
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not finite" in (err.value.details() or "")
 
 
 # -- metadata over the advertised header-list size ------------------------------------------------
