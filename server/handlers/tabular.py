@@ -16,11 +16,16 @@ FLOAT32_MAX = 3.4028234663852886e38
 def finite_bound(fan_ins: list[int]) -> float:
     """The largest feature magnitude the MLP cannot overflow in float32. Each layer's weights and
     biases lie within +-1/sqrt(fan_in) (torch's default init), so |out| <= (sqrt(fan_in) + 1) |in|
-    for |in| >= 1; ReLU never grows a value; a factor 2 spares rounding."""
+    for |in| >= 1; ReLU never grows a value; a factor 2 spares rounding. A float32 value (rounded
+    down), so that float32 features compare with it alike in float32 and float64."""
+    import numpy as np
+
     amplification = 1.0
     for n in fan_ins:
         amplification *= math.sqrt(n) + 1.0
-    return FLOAT32_MAX / (2.0 * amplification)
+    bound = FLOAT32_MAX / (2.0 * amplification)
+    as32 = np.float32(bound)
+    return float(as32 if float(as32) <= bound else np.nextafter(as32, np.float32(0)))
 
 
 class TabularHandler(Handler):
