@@ -88,12 +88,12 @@ def _stderr(server: Any) -> str:
 # -- the supervisor's children die with it -------------------------------------------------------
 @pytest.mark.slow
 def test_a_killed_supervisor_takes_every_child_with_it_and_frees_the_port(start_server: Any) -> None:
-    """SIGKILL of the supervisor: every frontend and the device process exit by themselves, and
-    a new server starts on the same port."""
-    server = start_server("--model", "null", "--workers", "2")
+    """SIGKILL of the supervisor: every frontend, the pre-processing process and the device process
+    exit by themselves, and a new server starts on the same port."""
+    server = start_server("--model", "null", "--workers", "2", "--pre-processes", "1")
     port = server.grpc_port
     kids = psutil.Process(server.pid).children(recursive=True)
-    assert len(kids) >= 3, kids  # two frontends and the device process
+    assert len(kids) == 4, kids  # two frontends, a pre-processing process and the device process
     server.close_channel()
     os.kill(server.pid, signal.SIGKILL)
     server.proc.wait(10.0)
@@ -109,15 +109,17 @@ def test_a_killed_supervisor_takes_every_child_with_it_and_frees_the_port(start_
 
 # -- one port, one server ------------------------------------------------------------------------
 @pytest.mark.slow
-def test_two_servers_started_at_once_on_one_port_one_refuses(start_server: Any) -> None:
-    """Two ``--workers 2`` servers started together on one free port: exactly one serves it, the
-    other exits 2 with one line naming the port; every connection reaches the one that serves.
+@pytest.mark.parametrize("workers", ["2", "0"])
+def test_two_servers_started_at_once_on_one_port_one_refuses(start_server: Any, workers: str) -> None:
+    """Two servers (``--workers 2``, or one process each) started together on one free port:
+    exactly one serves it, the other exits 2 with one line naming the port; every connection
+    reaches the one that serves.
     The handler takes 2 s to set up (in the supervisor after its port check, and in each frontend
     before it listens), so both checks fall in the other's window whatever the import times."""
     port = _free_port()
     args = (
         "--model", "conftest:SlowHandler", "--handler-option", "init_ms=2000",
-        "--workers", "2", "--port", str(port),
+        "--workers", workers, "--port", str(port),
     )  # fmt: skip
     a, b = start_server(*args, wait=False), start_server(*args, wait=False)
     assert _wait_until(lambda: a.proc.poll() is not None or b.proc.poll() is not None, 90.0, 0.05), (
