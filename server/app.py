@@ -105,7 +105,10 @@ class Server:
 
     # -- lifecycle ---------------------------------------------------------------------
     async def _start_grpc(self) -> grpc.aio.Server:
+        from netgain.server.ports import release_claims
+
         server, self.grpc_port = await start_grpc(self.cfg, self.servicer, self.health)
+        release_claims()  # listening: the port check alone refuses the port to others now
         return server
 
     def _start_metrics(self) -> None:

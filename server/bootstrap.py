@@ -34,7 +34,7 @@ from netgain.server.device import DeviceRunner
 from netgain.server.handlers import create_handler
 from netgain.server.handlers.base import Handler
 from netgain.server.oip import OipServicer, model_io
-from netgain.server.service import InferenceServicer, Limits
+from netgain.server.service import MAX_METADATA_BYTES, InferenceServicer, Limits
 from netgain.server.telemetry.metrics import ServerMetrics
 from netgain.server.telemetry.otlp import build_tracing
 from netgain.server.telemetry.recorder import Recorder, SpanLog
@@ -269,6 +269,9 @@ async def start_grpc(cfg: ServeConfig, servicer: Any, health_servicer: Any) -> t
     opts = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),
+        # Advertised as SETTINGS_MAX_HEADER_LIST_SIZE; the servicer refuses larger metadata from a
+        # client that never acknowledged it (gRPC enforces it only after the acknowledgement).
+        ("grpc.max_metadata_size", MAX_METADATA_BYTES),
         # Only processes of one `netgain serve` share a port: ports.claim_port refused it first otherwise.
         ("grpc.so_reuseport", 1),
         # Calls gRPC has accepted but the event loop has not picked up yet. gRPC's defaults

@@ -12,7 +12,9 @@ frontend alike. Tensors, one item per row:
 - outputs ``LABEL`` (INT64 ``[n]``) and ``SCORE`` (FP32 ``[n]``), in ``raw_output_contents``, plus
   ``VALUES`` (FP32 ``[n, k]``) for a handler whose outputs carry values.
 
-Either ``contents`` or ``raw_input_contents`` may carry the input (tritonclient sends the latter).
+Either ``contents`` or ``raw_input_contents`` carries the input (tritonclient sends the latter), never
+both. The element counts (the shape's and the data's) are checked against ``--max-items-per-request``
+before any element becomes a Python object.
 """
 
 from __future__ import annotations
@@ -61,12 +63,15 @@ def model_io(handler: Any) -> ModelIO:
     return ModelIO("BYTES")
 
 
-def split_bytes(raw: bytes) -> list[bytes]:
-    """A raw BYTES tensor: each element a 4-byte little-endian length, then that many bytes."""
+def split_bytes(raw: bytes, limit: int | None = None) -> list[bytes]:
+    """A raw BYTES tensor: each element a 4-byte little-endian length, then that many bytes;
+    BadTensor as soon as it holds more than ``limit`` elements."""
     out: list[bytes] = []
     view = memoryview(raw)
     at = 0
     while at < len(view):
+        if limit is not None and len(out) >= limit:
+            raise BadTensor(f"raw BYTES tensor holds more than the {limit} elements of its shape")
         if at + 4 > len(view):
             raise BadTensor(f"raw BYTES tensor is malformed: {len(view) - at} bytes left where a length goes")
         (n,) = _LEN.unpack_from(view, at)
@@ -89,8 +94,10 @@ def _count(shape: Any) -> int:
     return total
 
 
-def to_inputs(request: Any, io: ModelIO) -> list[pb.Input]:
-    """The request's one input tensor as handler items; BadTensor names what does not fit."""
+def to_inputs(request: Any, io: ModelIO, max_items: int | None = None) -> list[pb.Input]:
+    """The request's one input tensor as handler items; BadTensor names what does not fit. Counts
+    are checked (shape, then data) before any element is copied: a 12 MB message can declare
+    millions of empty elements."""
     if len(request.inputs) != 1:
         raise BadTensor(
             f"request has {len(request.inputs)} input tensors; this model takes one: {io.describe()}"
@@ -105,11 +112,22 @@ def to_inputs(request: Any, io: ModelIO) -> list[pb.Input]:
     raw = request.raw_input_contents
     if len(raw) > 1:
         raise BadTensor(f"{len(raw)} raw_input_contents for one input tensor")
+    if raw and tensor.HasField("contents"):
+        raise BadTensor(f"input {INPUT_NAME!r} has both contents and raw_input_contents: send one")
     count = _count(tensor.shape)
     if not tensor.shape:
         raise BadTensor(f"input {INPUT_NAME!r} has no shape; this model takes {io.describe()}")
+    items = count if io.datatype == "BYTES" or not io.features else count // io.features
+    if max_items is not None and items > max_items:
+        raise BadTensor(
+            f"request has {items} inputs, over the limit of {max_items} (--max-items-per-request)"
+        )
+    data = raw[0] if raw else b""  # each access to the repeated field copies the bytes
     if io.datatype == "BYTES":
-        elements = split_bytes(raw[0]) if raw else list(tensor.contents.bytes_contents)
+        n = len(tensor.contents.bytes_contents)
+        if not raw and n != count:
+            raise BadTensor(f"input shape {list(tensor.shape)} holds {count} elements, the data {n}")
+        elements = split_bytes(data, count) if raw else list(tensor.contents.bytes_contents)
         if len(elements) != count:
             raise BadTensor(
                 f"input shape {list(tensor.shape)} holds {count} elements, the data {len(elements)}"
@@ -118,17 +136,16 @@ def to_inputs(request: Any, io: ModelIO) -> list[pb.Input]:
     if tensor.shape[-1] != io.features:
         raise BadTensor(f"input shape {list(tensor.shape)}: rows of {io.features} features expected")
     if raw:
-        if len(raw[0]) != 4 * count:
+        if len(data) != 4 * count:
             raise BadTensor(
-                f"input shape {list(tensor.shape)} is {4 * count} bytes of FP32, the data {len(raw[0])}"
+                f"input shape {list(tensor.shape)} is {4 * count} bytes of FP32, the data {len(data)}"
             )
-        values = np.frombuffer(raw[0], dtype="<f4")
+        values = np.frombuffer(data, dtype="<f4")
     else:
+        n = len(tensor.contents.fp32_contents)
+        if n != count:
+            raise BadTensor(f"input shape {list(tensor.shape)} holds {count} values, fp32_contents {n}")
         values = np.asarray(tensor.contents.fp32_contents, dtype=np.float32)
-        if values.size != count:
-            raise BadTensor(
-                f"input shape {list(tensor.shape)} holds {count} values, fp32_contents {values.size}"
-            )
     rows = values.reshape(-1, io.features) if io.features else values.reshape(0, 0)
     return [pb.Input(features=row.tolist()) for row in rows]
 
@@ -203,7 +220,7 @@ class OipServicer:
                     raise BadTensor(
                         f"output {unknown[0]!r} is not this model's; it answers 'LABEL' and 'SCORE'"
                     )
-                inputs = to_inputs(request, self.io)
+                inputs = to_inputs(request, self.io, self.inner.limits.max_items)
             except BadTensor as exc:
                 refused = (grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         p = await self.inner.infer_items(arrival, "", inputs, context, refused, fallback_id=request.id)

@@ -4,16 +4,28 @@ The frontends listen with SO_REUSEPORT so that the kernel spreads connections ov
 a second server doing the same would silently take half of the traffic. So before
 listening, a socket without SO_REUSEPORT is bound to the address: it fails while any
 socket, of another server or ours, listens there.
+
+That check alone races: two servers started at the same moment both pass it before either
+listens. So the check is made under a per-port claim, held until the server's own sockets
+listen (``release_claims``): on Linux an abstract Unix socket named after the port (scoped,
+like the port, to the network namespace; freed by the kernel when its holder dies). A second
+start waits for the claim, then fails the check.
 """
 
 from __future__ import annotations
 
 import errno
+import os
 import socket
+import sys
+import time
+from collections.abc import Callable
+
+CLAIM_WAIT_S = 120.0
+_HELD: list[socket.socket] = []
 
 
-def claim_port(host: str, port: int) -> int:
-    """The port to serve on (a free one for 0); ValueError naming the port when it is served already."""
+def _check(host: str, port: int) -> int:
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed server's TIME_WAIT is not a server
@@ -27,3 +39,60 @@ def claim_port(host: str, port: int) -> int:
                 ) from None
             raise ValueError(f"--host {host} --port {port}: cannot bind ({exc.strerror})") from None
         return int(s.getsockname()[1])
+
+
+def _take_claim(
+    port: int, wait_s: float, clock: Callable[[], float], sleep: Callable[[float], None]
+) -> socket.socket | None:
+    """The port's claim (any host: 0.0.0.0 and 127.0.0.1 share a port), waiting for another
+    start-up holding it; None where abstract Unix sockets do not exist."""
+    if not sys.platform.startswith("linux"):
+        return None
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    end = clock() + wait_s
+    while True:
+        try:
+            s.bind(f"\0netgain-serve-port-{port}")
+            return s
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE or clock() > end:
+                s.close()
+                raise ValueError(
+                    f"--port {port}: another netgain serve has been starting on port {port} for "
+                    f"{wait_s:.0f} s; stop it or choose another --port"
+                ) from None
+        sleep(0.05)
+
+
+def claim_port(
+    host: str,
+    port: int,
+    wait_s: float = CLAIM_WAIT_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """The port to serve on (a free one for 0), claimed until ``release_claims``; ValueError
+    naming the port when it is served already."""
+    if port == 0:
+        port = _check(host, 0)
+    claim = _take_claim(port, wait_s, clock, sleep)
+    try:
+        _check(host, port)
+    except ValueError:
+        if claim is not None:
+            claim.close()
+        raise
+    if claim is not None:
+        _HELD.append(claim)
+    return port
+
+
+def release_claims() -> None:
+    """Once this server's sockets listen: the check alone now refuses the port to others."""
+    for s in _HELD:
+        s.close()
+    _HELD.clear()
+
+
+# A forked child holds no claim: the claim is the parent's, which releases it alone.
+os.register_at_fork(after_in_child=release_claims)

@@ -21,6 +21,13 @@ TRACEPARENT_KEY = "traceparent"  # W3C Trace Context, as gRPC metadata (lower-ca
 
 REQUEST_ID_RE = re.compile(r"^[A-Za-z0-9._:\-]{1,128}\Z")  # \Z: "$" would accept a trailing newline
 
+# The header-list size the server advertises (SETTINGS_MAX_HEADER_LIST_SIZE, as grpc.max_metadata_size).
+# gRPC enforces it only once the client has acknowledged the setting; the servicer checks the rest.
+MAX_METADATA_BYTES = 16 * 1024
+METADATA_TOO_LARGE = (
+    f"request metadata is over the {MAX_METADATA_BYTES}-byte header-list size this server advertises"
+)
+
 
 class _DropInvalidEncoding(logging.Filter):
     """gRPC's Cython layer logs an ERROR with a traceback each time it decodes a metadata value
@@ -115,11 +122,15 @@ class InferenceServicer:
         the metadata; the traceparent is validated off the event loop, by the recorder thread."""
         rid: str | None = None
         traceparent = ""
+        size = 0
         for key, value in context.invocation_metadata() or ():
+            size += len(key) + len(value) + 32  # HTTP/2 counts 32 bytes per header beside name and value
             if key == REQUEST_ID_KEY and rid is None:
                 rid = value
             elif key == TRACEPARENT_KEY:
                 traceparent = value
+        if size > MAX_METADATA_BYTES:
+            return "invalid", METADATA_TOO_LARGE, ""
         if rid is not None:
             if not rid.isascii():  # gRPC decoded non-UTF-8 bytes as Latin-1
                 return "invalid", "x-request-id must be ASCII: 1-128 characters of A-Z a-z 0-9 . _ : -", ""
@@ -178,7 +189,12 @@ class InferenceServicer:
             p.traceparent = traceparent
         error: tuple[Any, str] | None = None
         if bad_id:
-            error = (grpc.StatusCode.INVALID_ARGUMENT, bad_id)
+            code = (
+                grpc.StatusCode.RESOURCE_EXHAUSTED
+                if bad_id == METADATA_TOO_LARGE
+                else grpc.StatusCode.INVALID_ARGUMENT
+            )
+            error = (code, bad_id)
         elif self.stopping:
             error = (grpc.StatusCode.UNAVAILABLE, "server is shutting down; send to another replica")
         elif not self.ready:

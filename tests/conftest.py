@@ -29,7 +29,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from netgain.protos import InferenceStub, pb
-from netgain.server.handlers.base import Handler, InvalidInput
+from netgain.server.handlers.base import Handler, InvalidInput, NonFiniteOutput
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
@@ -40,9 +40,12 @@ STOP_TIMEOUT_S = 20.0
 
 # -- test handlers (imported by server processes as conftest:SlowHandler) -------------------
 class SlowHandler(Handler):
-    """No torch. Options: ``load_ms`` (sleep in build_model: a window before SERVING) and
-    ``forward_ms`` (sleep per batch: a slow device). Payload ``b"bad"`` is invalid input;
-    the output label is the payload's length."""
+    """No torch. Options: ``init_ms`` (sleep in the constructor: a slow handler set-up),
+    ``load_ms`` (sleep in build_model: a window before SERVING) and
+    ``forward_ms`` (sleep per batch: a slow device). Payload ``b"bad"`` is invalid input,
+    ``b"nan"`` gives an output the model could not keep finite;
+    payload ``b"slow"`` creates the file ``pre_mark`` (when given) and then sleeps ``pre_ms`` in
+    preprocess; the output label is the payload's length."""
 
     name = "slow"
     uses_device = False
@@ -51,6 +54,9 @@ class SlowHandler(Handler):
         super().__init__(options, seed)
         self.load_ms = self.int_option("load_ms", 0, lo=0)
         self.forward_ms = self.int_option("forward_ms", 0, lo=0)
+        self.pre_ms = self.int_option("pre_ms", 0, lo=0)
+        self.pre_mark = self.options.get("pre_mark", "")
+        time.sleep(self.int_option("init_ms", 0, lo=0) / 1000)
 
     def build_model(self) -> Any:
         time.sleep(self.load_ms / 1000)
@@ -59,7 +65,11 @@ class SlowHandler(Handler):
     def preprocess(self, item: pb.Input) -> Any:
         if item.data == b"bad":
             raise InvalidInput("payload is bad on purpose")
-        return len(item.data)
+        if item.data == b"slow":
+            if self.pre_mark:
+                Path(self.pre_mark).touch()
+            time.sleep(self.pre_ms / 1000)
+        return -1 if item.data == b"nan" else len(item.data)
 
     def collate(self, items: list[Any]) -> Any:
         return list(items)
@@ -69,6 +79,8 @@ class SlowHandler(Handler):
         return batch
 
     def postprocess(self, row: Any) -> pb.Output:
+        if row == -1:
+            raise NonFiniteOutput("model output is not finite (1 of 1 values NaN or infinite)")
         return pb.Output(label=int(row))
 
     def example_input(self, rng: random.Random, size: int | None = None) -> pb.Input:

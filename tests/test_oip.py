@@ -173,8 +173,16 @@ def test_tensor_conversion() -> None:
     bytes_io, feats_io = ModelIO("BYTES"), ModelIO("FP32", 2)
     assert [i.data for i in to_inputs(_request("BYTES", [3, 1], raw), bytes_io)] == [b"ab", b"", b"xyz"]
     assert [i.data for i in to_inputs(_request("BYTES", [1], bytes_contents=[b"q"]), bytes_io)] == [b"q"]
-    with pytest.raises(BadTensor, match="holds 2 elements, the data 3"):
+    with pytest.raises(BadTensor, match="holds more than the 2 elements of its shape"):
         to_inputs(_request("BYTES", [2], raw), bytes_io)
+    with pytest.raises(BadTensor, match="holds 4 elements, the data 3"):
+        to_inputs(_request("BYTES", [4], raw), bytes_io)
+    with pytest.raises(BadTensor, match="both contents and raw_input_contents"):
+        to_inputs(_request("BYTES", [3], raw, bytes_contents=[b"q"]), bytes_io)
+    with pytest.raises(BadTensor, match="request has 9 inputs, over the limit of 8"):
+        to_inputs(_request("BYTES", [9], bytes_contents=[b""] * 9), bytes_io, max_items=8)
+    with pytest.raises(BadTensor, match="request has 9 inputs, over the limit of 8"):
+        to_inputs(_request("FP32", [9, 2], fp32_contents=[0.0] * 18), feats_io, max_items=8)
     rows = np.arange(6, dtype="<f4")
     got = to_inputs(_request("FP32", [3, 2], rows.tobytes()), feats_io)
     assert [list(i.features) for i in got] == [[0, 1], [2, 3], [4, 5]]

@@ -22,7 +22,7 @@ from netgain.contract.phases import batch_phases_part, trailer_head
 from netgain.server.batching.profile import ProfileCapture
 from netgain.server.batching.queue import Pending, RequestQueue
 from netgain.server.device import DeviceOutOfMemory, DeviceRunner
-from netgain.server.handlers.base import Handler, InvalidInput
+from netgain.server.handlers.base import Handler, InvalidInput, NonFiniteOutput
 from netgain.server.threadnames import name_os_thread
 
 log = logging.getLogger("netgain.server")
@@ -244,6 +244,8 @@ class Pipeline:
                 continue
             try:
                 p.outputs = [self.handler.postprocess(result.output[i]) for i in range(first, end)]
+            except NonFiniteOutput as exc:  # the input drove the model out of range: the caller's to fix
+                p.fail("INVALID_ARGUMENT", str(exc))
             except Exception as exc:
                 log.exception("postprocess failed for request %s", p.request_id)
                 p.fail("INTERNAL", f"postprocess error: {type(exc).__name__}: {exc}")

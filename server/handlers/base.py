@@ -20,7 +20,7 @@ class InvalidInput(ValueError):
 
 
 class NonFiniteOutput(ValueError):
-    """The model produced NaN or infinity for an item: its request fails (INTERNAL), never OK."""
+    """The model produced NaN or infinity for an item: its request fails (INVALID_ARGUMENT), never OK."""
 
 
 class Handler:
@@ -80,9 +80,9 @@ def argmax_output(row: Any) -> pb.Output:
     """Post-processing shared by the classifiers: top class and its softmax score.
 
     A row holding NaN or infinity raises NonFiniteOutput: finite inputs can still overflow the
-    model (tabular features at +-3.4e38), and a NaN score must never be answered as OK. The
-    pipeline turns it into INTERNAL for that item only (the server cannot tell a model bug from an
-    input the model cannot represent, so it does not blame the caller)."""
+    model, and a NaN score must never be answered as OK. The pipeline fails that request only,
+    with INVALID_ARGUMENT: the input drove the model out of floating-point range (handlers that can
+    name the input responsible, as tabular does, refuse it in preprocess first)."""
     import numpy as np
     import torch
 

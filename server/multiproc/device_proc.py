@@ -246,7 +246,9 @@ class DeviceProcess:
 
     def _orphans(self, dead: int) -> None:
         """Answer the requests a frontend that exited had taken but not handed on (their owners
-        would otherwise wait for them until the client's deadline)."""
+        would otherwise wait for them until the client's deadline). Writers after the frontends
+        (one ring each) are pre-processing processes."""
+        who = f"frontend {dead}" if dead < len(self.rings) else f"pre-processing process {dead}"
         for origin, ring in enumerate(self.rings):
             if origin == dead:
                 continue
@@ -254,7 +256,7 @@ class DeviceProcess:
                 seq = int(ring.claims[first, SEQ])
                 p = Handed(f"f{origin}-{seq}", [], 0, None, frontend=origin, seq=seq)
                 ring.claims[first, TAKER] = HANDED
-                p.fail("UNAVAILABLE", f"frontend {dead} exited while pre-processing this request; retry")
+                p.fail("UNAVAILABLE", f"{who} exited while pre-processing this request; retry")
                 self.deliver([p])
 
     def deliver(self, reqs: list[Pending]) -> None:

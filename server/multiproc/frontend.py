@@ -29,7 +29,7 @@ from typing import Any
 
 from netgain.server.batching.queue import Pending, QueueClosed, QueueFull
 from netgain.server.config import ServeConfig
-from netgain.server.handlers.base import Handler
+from netgain.server.handlers.base import Handler, NonFiniteOutput
 from netgain.server.multiproc.slots import (
     CODES,
     HANDED,
@@ -191,6 +191,8 @@ class Handoff:
         else:
             try:
                 p.outputs = [self.handler.postprocess(self.ring.get(slot)) for slot in slots]
+            except NonFiniteOutput as exc:  # the input drove the model out of range: the caller's to fix
+                p.fail("INVALID_ARGUMENT", str(exc))
             except Exception as exc:
                 log.exception("postprocess failed for request %s", p.request_id)
                 p.fail("INTERNAL", f"postprocess error: {type(exc).__name__}: {exc}")

@@ -25,6 +25,7 @@ from netgain.contract.cores import cpu_list
 from netgain.server.coldstart import ColdStart
 from netgain.server.config import ServeConfig, core_sets
 from netgain.server.multiproc.slots import ITEM_HEADER, Ring
+from netgain.server.ports import release_claims
 
 MIN_SLOT_BYTES = 64 * 1024
 
@@ -96,6 +97,7 @@ class Supervisor:
         from netgain.server.multiproc.taker import prep_main
 
         ctx = mp.get_context("fork")
+        _supervisor["pid"] = os.getpid()
         n, npre = self.workers, self.pre_processes
         self.rings = [Ring(self.slots, self.slot_bytes) for _ in range(n)]
         requests = [os.pipe() for _ in range(n + npre)]  # the pre-processing processes hand over too
@@ -104,6 +106,7 @@ class Supervisor:
         every_fd = [fd for pair in [*requests, *replies, work] for fd in pair]
         dev_keep = [r for r, _ in requests] + [w for _, w in replies]
         self.device_ctl, child = ctx.Pipe()
+        _supervisor["ends"] = [self.device_ctl]
         pipes = DevicePipes([r for r, _ in requests], [w for _, w in replies])
         self.device_proc = ctx.Process(
             target=_child,
@@ -121,6 +124,7 @@ class Supervisor:
         self.front_ctl: list[Connection] = []
         for i in range(n):
             parent, child = ctx.Pipe()
+            _supervisor["ends"].append(parent)
             keep = [requests[i][1], replies[i][0], *work]
             fds = (requests[i][1], replies[i][0])
             args = (self.cfg, i, self.device, self.rings, fds, work, npre, child)
@@ -136,6 +140,7 @@ class Supervisor:
         self.pre_ctl: list[Connection] = []
         for i in range(n, n + npre):  # numbered after the frontends: the claim table names them so
             parent, child = ctx.Pipe()
+            _supervisor["ends"].append(parent)
             pre_args = (self.cfg, i, self.device, self.rings, requests[i][1], work, child)
             proc = ctx.Process(
                 target=_child,
@@ -155,13 +160,14 @@ class Supervisor:
             try:
                 kind, payload = conn.recv()
             except EOFError:
-                kind, payload = "error", f"exited with status {proc.exitcode}"
+                proc.join(1.0)
+                kind, payload = "error", f"exited ({exit_status(proc.exitcode)})"
             if kind == "error":
                 raise ValueError(f"{what} failed to start: {payload}")
             return payload
         if proc.sentinel in ready:
             proc.join(1.0)
-            raise ValueError(f"{what} exited during start-up with status {proc.exitcode}")
+            raise ValueError(f"{what} exited during start-up ({exit_status(proc.exitcode)})")
         raise ValueError(f"{what} did not start within {timeout_s:.0f} s")
 
     def _start_metrics(self) -> None:
@@ -229,6 +235,7 @@ class Supervisor:
             for i, conn in enumerate(self.front_ctl):
                 listening = self._wait_message(conn, self.fronts[i], f"frontend {i}")
                 self.child_ports[f"front-{i}"] = listening["metrics_port"]
+            release_claims()  # every frontend listens: the port check alone refuses it to others now
             for proc, conn in zip(self.pres, self.pre_ctl, strict=True):
                 listening = self._wait_message(conn, proc, proc.name)
                 self.child_ports[proc.name] = listening["metrics_port"]
@@ -259,7 +266,12 @@ class Supervisor:
         while not stop["signal"]:
             ready = wait([*alive, *pres, self.device_proc.sentinel], 0.2)
             if self.device_proc.sentinel in ready:
-                say(f"the device process exited with status {self.device_proc.exitcode}; stopping", err=True)
+                self.device_proc.join(1.0)  # the exit status is known only once joined
+                status_text = exit_status(self.device_proc.exitcode)
+                say(
+                    f"the device process (pid {self.device_proc.pid}) exited ({status_text}); stopping",
+                    err=True,
+                )
                 status = 1
                 break
             if self._pre_exited(ready, pres):
@@ -271,7 +283,9 @@ class Supervisor:
                 i = alive.pop(sentinel)
                 self.fronts[i].join(1.0)
                 self.child_ports.pop(f"front-{i}", None)
-                msg = f"frontend {i} (pid {self.fronts[i].pid}) exited with status {self.fronts[i].exitcode}"
+                msg = (
+                    f"frontend {i} (pid {self.fronts[i].pid}) exited ({exit_status(self.fronts[i].exitcode)})"
+                )
                 self.exits.append(msg)
                 say(f"{msg}; {len(alive)} of {self.workers} frontends still serving", err=True)
             if not alive:
@@ -288,7 +302,7 @@ class Supervisor:
             proc = pres.pop(sentinel)
             proc.join(1.0)
             self.child_ports.pop(proc.name, None)
-            msg = f"{proc.name} (pid {proc.pid}) exited with status {proc.exitcode}"
+            msg = f"{proc.name} (pid {proc.pid}) exited ({exit_status(proc.exitcode)})"
             self.exits.append(msg)
             say(f"{msg}; {len(pres)} of {self.pre_processes} pre-processing processes left", err=True)
             if not pres:
@@ -347,9 +361,43 @@ def shared_work_pipe() -> tuple[int, int]:
     return r, w
 
 
+def exit_status(code: int | None) -> str:
+    """A child's exit status in words: "status 1", "killed by SIGSEGV"."""
+    if code is None:
+        return "status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"status {code}"
+
+
+# The supervisor's pid and its ends of the control pipes, as the children forked from it see them.
+_supervisor: dict[str, Any] = {"pid": 0, "ends": []}
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_supervisor() -> None:
+    """In a forked child: the supervisor's death, even by SIGKILL, kills this process too (a
+    frontend left behind would go on serving the port with nobody to stop it). The kernel
+    signals it (PR_SET_PDEATHSIG); a supervisor already gone before that is seen by its pid.
+    The supervisor's ends of the control pipes are closed here, so EOF on ours means it exited."""
+    import ctypes
+
+    for conn in _supervisor["ends"]:
+        conn.close()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != _supervisor["pid"]:
+        os._exit(1)
+
+
 def _child(every_fd: list[int], keep: list[int], cpus: list[int], target: Any, args: tuple[Any, ...]) -> None:
-    """In a forked child: close the hand-off pipe ends that belong to other processes, move to the
-    role's cores (--device-cores), then run."""
+    """In a forked child: die with the supervisor, close the hand-off pipe ends that belong to
+    other processes, move to the role's cores (--device-cores), then run."""
+    die_with_supervisor()
     for fd in every_fd:
         if fd not in keep:
             os.close(fd)
