@@ -40,7 +40,7 @@ from netgain.contract.records import PHASE_COLUMNS, REQUIRED_COLUMNS
 from netgain.stats.select import Selector
 
 STREAM_ABOVE_ROWS = 5_000_000  # runs up to this many rows are read whole (faster; ~1.2 GB peak)
-CHUNK_ROWS = 1 << 20
+CHUNK_ROWS = 1 << 18
 SELECT_BUDGET = 4_000_000  # values kept per population and pass: 32 MB each, about 15 populations
 PHASE_STATS_Q = (0.5, 0.9, 0.99, 1.0)  # stats.phase_stats' quantiles
 
@@ -96,31 +96,54 @@ class _Reader:
     def scheduled_max(self) -> float | None:
         """The last scheduled time (s), read from that column alone; None for an empty file."""
         top: float | None = None
-        for batch in self._batches(["scheduled_ns"]):
-            sched, _ = _ns(batch.column(0))
+        for table in self._batches(["scheduled_ns"]):
+            sched, _ = _ns(table.column(0).combine_chunks())
             if len(sched):
                 m = float(sched.max()) / 1e9
                 top = m if top is None else max(top, m)
         return top
 
-    def _batches(self, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    def _batches(self, columns: list[str]) -> Iterator[pa.Table]:
+        """Whole row groups, several to a chunk up to ``CHUNK_ROWS`` rows (reading a row group is
+        several times faster than ``iter_batches``); a larger row group in slices of that size."""
+        meta = self.pf.metadata
         try:
-            yield from self.pf.iter_batches(batch_size=CHUNK_ROWS, columns=columns)
+            group: list[int] = []
+            rows = 0
+            for i in range(meta.num_row_groups):
+                n = meta.row_group(i).num_rows
+                if n > CHUNK_ROWS:
+                    for b in self.pf.iter_batches(batch_size=CHUNK_ROWS, row_groups=[i], columns=columns):
+                        yield pa.Table.from_batches([b])
+                    continue
+                if rows + n > CHUNK_ROWS and group:
+                    yield self.pf.read_row_groups(group, columns=columns)
+                    group, rows = [], 0
+                group.append(i)
+                rows += n
+            if group:
+                yield self.pf.read_row_groups(group, columns=columns)
         except (pa.ArrowException, OSError) as exc:
             raise AnalysisError(f"{self.path} could not be read ({exc}): re-run `netgain load`") from None
 
-    def chunks(self) -> Iterator[_Chunk]:
-        for batch in self._batches(self.columns):
+    def chunks(self, full: bool) -> Iterator[_Chunk]:
+        """Every chunk, decoded; without ``full`` only what the latencies need (no phases, no send
+        times: those figures are then NaN)."""
+        columns = self.columns if full else [*REQUIRED_COLUMNS[:1], "done_ns", "status", "warmup"]
+        for table in self._batches(columns):
             try:
-                yield self._decode(batch)
+                yield self._decode(table)
             except (pa.ArrowException, OSError) as exc:
                 raise AnalysisError(f"{self.path} could not be read ({exc}): re-run `netgain load`") from None
 
-    def _decode(self, batch: pa.RecordBatch) -> _Chunk:
-        col = dict(zip(batch.schema.names, batch.columns, strict=True))
+    def _decode(self, table: pa.Table) -> _Chunk:
+        col = {name: table.column(name).combine_chunks() for name in table.column_names}
         sched, _ = _ns(col["scheduled_ns"])
-        sent, sent_ok = _ns(col["sent_ns"])
         done, done_ok = _ns(col["done_ns"])
+        if "sent_ns" in col:
+            sent, sent_ok = _ns(col["sent_ns"])
+        else:
+            sent, sent_ok = sched, np.zeros(len(sched), dtype=bool)
         status = pc.dictionary_encode(pc.fill_null(col["status"], "UNKNOWN"))
         local = np.asarray(status.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
         to_global = np.array([self._id(str(s)) for s in status.dictionary.to_pylist()], dtype=np.int32)
@@ -225,6 +248,11 @@ class _Run:
             )
         self.arrivals[: len(counts)] += counts
 
+    def full(self) -> bool:
+        """Whether the next pass needs the phases and send times, not only the latencies."""
+        rest = [self.send_lag, self.service, *self.phase.values()]
+        return not all(s.done for s in rest) or (self.tail is not None and not self.tail_done)
+
     def every(self, c: _Chunk) -> None:
         """Each pass: the selectors that still need values, the drift halves and the tail sums."""
         ok = c.ok
@@ -237,21 +265,29 @@ class _Run:
         if not self.service.done:
             self.service.add(c.service[ok])
         pending = [k for k, s in self.phase.items() if not s.done]
-        want_tail = self.tail is not None and not self.tail_done
-        if pending or want_tail:
-            cols = phase_matrix(
-                {p: c.phases[p][ok] for p in PHASES}, c.total[ok], c.service[ok], c.send_lag[ok]
-            )
-            cols["server_total"] = c.total[ok]
+        if pending:
+            cols = self._cols(c, ok)
             for k in pending:
                 self.phase[k].add(cols[k])
-            if self.tail is not None and want_tail:
-                self.tail.add(lat, {k: v for k, v in cols.items() if k != "server_total"}, c.batch[ok])
+        if self.tail is not None and not self.tail_done:
+            keep = self.tail.keep(lat)
+            rows = np.flatnonzero(ok)[keep]
+            tail_cols = self._cols(c, rows)
+            del tail_cols["server_total"]
+            self.tail.add(lat[keep], tail_cols, c.batch[rows])
         if self.halves is not None:
             t = c.scheduled_s[ok]
             first = t < self.mid
             self.halves[0].add(lat[first])
             self.halves[1].add(lat[~first])
+
+    @staticmethod
+    def _cols(c: _Chunk, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The attribution phases (and the server total) of the selected rows."""
+        named = {p: c.phases[p][rows] for p in PHASES}
+        cols = phase_matrix(named, c.total[rows], c.service[rows], c.send_lag[rows])
+        cols["server_total"] = c.total[rows]
+        return cols
 
     def all_done(self) -> bool:
         sels = [self.lat, self.send_lag, self.service, *self.phase.values(), *(self.halves or ())]
@@ -346,7 +382,7 @@ def figures(
     top = None if cfg.get("duration_s") or trace.get("duration_s") else reader.scheduled_max()
     t0, t1 = window(meta, np.array([top]) if top is not None else np.zeros(0), warmup_s)
     run = _Run(t0, t1, bootstrap)
-    for c in reader.chunks():
+    for c in reader.chunks(full=True):
         run.first(c, reader)
         run.every(c)
     boot = _plan(run, rng)  # rng: the p99 bootstrap's ranks first, then the throughput's bins
@@ -364,7 +400,7 @@ def figures(
         if run.all_done():
             break
         summing = run.tail is not None and not run.tail_done
-        for c in reader.chunks():
+        for c in reader.chunks(full=run.full()):
             run.every(c)
         run.tail_done = run.tail_done or summing
         _finish_pass(run)

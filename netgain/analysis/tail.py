@@ -153,6 +153,13 @@ class TailSums:
         # (selection, batch size or None for all) -> [rows, latency sum, per phase: sum, count]
         self.acc: dict[tuple[str, float | None], np.ndarray] = {}
 
+    def keep(self, latency: np.ndarray) -> np.ndarray:
+        """The rows ``add`` counts (the median band and the lowest threshold's tail): pass only
+        those to spare building every row's phases."""
+        band = (latency >= self.band_ms[0]) & (latency <= self.band_ms[1])
+        cuts = [t for t in self.thresholds.values() if t is not None]
+        return np.asarray(band | (latency >= min(cuts))) if cuts else band
+
     def add(self, latency: np.ndarray, cols: dict[str, np.ndarray], batch_size: np.ndarray) -> None:
         band = (latency >= self.band_ms[0]) & (latency <= self.band_ms[1])
         sels = {"band": band}

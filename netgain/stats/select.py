@@ -31,6 +31,13 @@ def keys(values: np.ndarray) -> np.ndarray:
     return (b ^ ((b >> np.int64(63)) & _LOW)).view(np.uint64) ^ _SIGN
 
 
+def top_bucket(values: np.ndarray) -> np.ndarray:
+    """``keys(values) >> (64 - TOP_BITS)`` as int64, in fewer array operations."""
+    b = np.ascontiguousarray(values, dtype=np.float64).view(np.int64)
+    signed = b ^ ((b >> np.int64(63)) & _LOW)  # the key with its sign bit flipped back
+    return np.asarray((signed >> np.int64(64 - TOP_BITS)) + np.int64(1 << (TOP_BITS - 1)))
+
+
 def from_key(key: int) -> float:
     """The float64 a key came from."""
     s = np.array([key], dtype=np.uint64) ^ _SIGN
@@ -71,6 +78,9 @@ class Selector:
     _intervals: list[_Interval] = field(default_factory=list)
     _los: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     _lasts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    _collect: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    _shifts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    _active: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     _sub: np.ndarray | None = None
     _kept: list[np.ndarray] = field(default_factory=list)
     _answers: dict[int, float] = field(default_factory=dict)
@@ -82,23 +92,21 @@ class Selector:
         if self.done:
             return
         nan = np.isnan(v)
+        n_nan = int(np.count_nonzero(nan))
+        if n_nan:
+            v = v[~nan]
         if self.passes == 0:
-            n_nan = int(nan.sum())
-            if n_nan:
-                v = v[~nan]
             self.nan += n_nan
             self.n += len(v)
             self.sum += float(v.sum())
             if self._top is None:
                 self._top = np.zeros(1 << TOP_BITS, dtype=np.int64)
             if len(v):
-                self._top += np.bincount(
-                    (keys(v) >> np.uint64(64 - TOP_BITS)).astype(np.int64), minlength=1 << TOP_BITS
-                )
+                self._top += np.bincount(top_bucket(v), minlength=1 << TOP_BITS)
             return
-        v = v[~nan]
         if not len(v) or not len(self._los):
             return
+        v = v[self._active[top_bucket(v)]]  # most values lie in no wanted bucket: drop them cheaply
         k = keys(v)
         pos = np.searchsorted(self._los, k, side="right").astype(np.int64) - 1
         inside = pos >= 0
@@ -106,13 +114,12 @@ class Selector:
         if not inside.any():
             return
         k, pos, v = k[inside], pos[inside], v[inside]
-        collect = np.array([iv.collect for iv in self._intervals], dtype=bool)[pos]
+        collect = self._collect[pos]
         if collect.any():
-            self._kept.append(v[collect].copy())
+            self._kept.append(v[collect])
         if self._sub is not None and not collect.all():
             k, pos = k[~collect], pos[~collect]
-            shifts = np.array([iv.shift for iv in self._intervals], dtype=np.uint64)[pos]
-            local = ((k - self._los[pos]) >> shifts).astype(np.int64)
+            local = ((k - self._los[pos]) >> self._shifts[pos]).astype(np.int64)
             self._sub += np.bincount(pos * (1 << SUB_BITS) + local, minlength=self._sub.size)
 
     def want(self, ranks: Iterable[int], urgent: bool = False) -> None:
@@ -212,6 +219,11 @@ class Selector:
         self._intervals = pending
         self._los = np.array([iv.lo for iv in pending], dtype=np.uint64)
         self._lasts = np.array([iv.lo + iv.width - 1 for iv in pending], dtype=np.uint64)
+        self._collect = np.array([iv.collect for iv in pending], dtype=bool)
+        self._shifts = np.array([iv.shift for iv in pending], dtype=np.uint64)
+        self._active = np.zeros(1 << TOP_BITS, dtype=bool)
+        for iv in pending:
+            self._active[iv.lo >> (64 - TOP_BITS)] = True
         n_sub = sum(1 for iv in pending if not iv.collect)
         self._sub = np.zeros(len(pending) * (1 << SUB_BITS), dtype=np.int64) if n_sub else None
 
