@@ -38,13 +38,16 @@ def _same(a: Any, b: Any, path: str, approx: bool = False) -> None:
         assert a == b and type(a) is type(b), f"{path}: {a!r} != {b!r}"
 
 
-def _both(run: Path, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> tuple[RunResult, RunResult]:
+def _both(
+    run: Path, monkeypatch: pytest.MonkeyPatch, budget: int = 40, **kw: Any
+) -> tuple[RunResult, RunResult]:
     monkeypatch.setattr(stream, "STREAM_ABOVE_ROWS", 10**12)
     whole = analyze(run, **kw)
-    # small chunks and a small budget: several chunks per pass and buckets counted again
+    # small chunks and, by default, a small budget: several chunks per pass and buckets counted
+    # again; with a large one, pass 2 keeps every wanted bucket and sums the tail as it goes
     monkeypatch.setattr(stream, "STREAM_ABOVE_ROWS", 0)
     monkeypatch.setattr(stream, "CHUNK_ROWS", 333)
-    monkeypatch.setattr(stream, "SELECT_BUDGET", 40)
+    monkeypatch.setattr(stream, "SELECT_BUDGET", budget)
     streamed = analyze(run, **kw)
     return whole, streamed
 
@@ -102,12 +105,13 @@ def _random_run(path: Path, n: int, seed: int) -> Path:
 
 
 @pytest.mark.parametrize("warmup_s", [None, 2.5])
+@pytest.mark.parametrize("budget", [40, 4_000_000])
 def test_streamed_equals_in_memory_on_heavy_tails_and_ties(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warmup_s: float | None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, warmup_s: float | None, budget: int
 ) -> None:
     """Ties, NaN phases, negative values and a --warmup-s override: still the same figures."""
     run = _random_run(tmp_path / "r", 6000, seed=7)
-    whole, streamed = _both(run, monkeypatch, warmup_s=warmup_s, bootstrap=200)
+    whole, streamed = _both(run, monkeypatch, budget, warmup_s=warmup_s, bootstrap=200)
     assert whole.report["tail"]["p99"]["n"] > 0
     _check(whole, streamed)
 

@@ -42,6 +42,7 @@ from netgain.stats.select import Selector
 STREAM_ABOVE_ROWS = 5_000_000  # runs up to this many rows are read whole (faster; ~1.2 GB peak)
 CHUNK_ROWS = 1 << 18
 SELECT_BUDGET = 4_000_000  # values kept per population and pass: 32 MB each, about 15 populations
+FOLD_ROWS = 2_000_000  # rows pass 2 may keep whole to sum the tail without a pass of its own
 PHASE_STATS_Q = (0.5, 0.9, 0.99, 1.0)  # stats.phase_stats' quantiles
 
 
@@ -204,6 +205,7 @@ class _Run:
         self.mid = 0.0
         self.tail: TailSums | None = None
         self.tail_done = False
+        self.fold: _Fold | None = None
 
     def first(self, c: _Chunk, reader: _Reader) -> None:
         self.rows += len(c.code)
@@ -251,7 +253,8 @@ class _Run:
     def full(self) -> bool:
         """Whether the next pass needs the phases and send times, not only the latencies."""
         rest = [self.send_lag, self.service, *self.phase.values()]
-        return not all(s.done for s in rest) or (self.tail is not None and not self.tail_done)
+        tail = self.fold is not None or (self.tail is not None and not self.tail_done)
+        return not all(s.done for s in rest) or tail
 
     def every(self, c: _Chunk) -> None:
         """Each pass: the selectors that still need values, the drift halves and the tail sums."""
@@ -275,6 +278,8 @@ class _Run:
             tail_cols = self._cols(c, rows)
             del tail_cols["server_total"]
             self.tail.add(lat[keep], tail_cols, c.batch[rows])
+        if self.fold is not None:
+            self.fold.add(lat, np.flatnonzero(ok), c)
         if self.halves is not None:
             t = c.scheduled_s[ok]
             first = t < self.mid
@@ -359,6 +364,55 @@ def _start_tail(run: _Run) -> None:
     run.tail = TailSums({"p99": s[stats.rank(n, 0.99)], "p999": s[stats.rank(n, 0.999)]}, band)
 
 
+class _Fold:
+    """Pass 2's tail sums, while p99, p99.9 and the median band are known only to a bucket each:
+    rows outside those buckets fall on the same side of the value as of the bucket, so they are
+    summed at once; the few rows inside one are kept whole until the pass ends."""
+
+    def __init__(self, brackets: list[tuple[float, float, bool]]) -> None:
+        (_, hi45, _), (lo55, _, _), (_, hi99, _), (_, hi999, _) = brackets
+        self.open = [(lo, hi) for lo, hi, exact in brackets if not exact]
+        self.sums = TailSums({"p99": hi99, "p999": hi999}, (hi45, lo55))
+        self.kept: list[tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]] = []
+
+    def add(self, lat: np.ndarray, ok_rows: np.ndarray, c: _Chunk) -> None:
+        unsure = np.zeros(len(lat), dtype=bool)
+        for lo, hi in self.open:
+            unsure |= (lat >= lo) & (lat <= hi)
+        sure = self.sums.keep(lat) & ~unsure
+        for sel, out in ((sure, None), (unsure, self.kept)):
+            if not sel.any():
+                continue
+            rows = ok_rows[sel]
+            cols = _Run._cols(c, rows)
+            del cols["server_total"]
+            if out is None:
+                self.sums.add(lat[sel], cols, c.batch[rows])
+            else:
+                out.append((lat[sel], cols, c.batch[rows]))
+
+    def finish(self, exact: TailSums) -> TailSums:
+        """The kept rows under the exact thresholds, plus the sums made before."""
+        for lat, cols, batch in self.kept:
+            exact.add(lat, cols, batch)
+        exact.merge(self.sums)
+        return exact
+
+
+def _fold(run: _Run) -> _Fold | None:
+    """A fold for pass 2 when the pass ends with the four values exact and their buckets' rows fit."""
+    n = run.lat.n
+    if not n:
+        return None
+    brackets = [run.lat.bracket(r) for r in _urgent(n)]
+    if any(b is None for b in brackets):
+        return None
+    known = [b for b in brackets if b is not None]
+    if sum(b[2] for b in known) > FOLD_ROWS or any(np.isnan(b[1]) for b in known):
+        return None
+    return _Fold([(lo, hi, count == 0) for lo, hi, count in known])
+
+
 def _finish_pass(run: _Run) -> None:
     """Close a pass for every population; the drift halves want their medians after their first."""
     for sel in (run.lat, run.send_lag, run.service, *run.phase.values()):
@@ -394,8 +448,9 @@ def figures(
     if run.lat.n >= 4:
         run.mid = (run.ok_t[0] + run.ok_t[1]) / 2
         run.halves = (Selector(SELECT_BUDGET), Selector(SELECT_BUDGET))
+    run.fold = _fold(run)
     while True:
-        if run.tail is None and run.lat.n and run.lat.known(_urgent(run.lat.n)):
+        if run.tail is None and run.fold is None and run.lat.n and run.lat.known(_urgent(run.lat.n)):
             _start_tail(run)
         if run.all_done():
             break
@@ -404,6 +459,10 @@ def figures(
             run.every(c)
         run.tail_done = run.tail_done or summing
         _finish_pass(run)
+        if run.fold is not None:
+            _start_tail(run)
+            assert run.tail is not None
+            run.tail, run.fold, run.tail_done = run.fold.finish(run.tail), None, True
     return _assemble(run, reader, meta, boot, thr, thr_draws)
 
 

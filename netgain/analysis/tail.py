@@ -173,15 +173,23 @@ class TailSums:
             for s in np.unique(b[~np.isnan(b)]):
                 self._add((name, float(s)), v[:, b == s])
 
+    def merge(self, other: TailSums) -> None:
+        """Add another's sums (rows it counted, under its thresholds) to these."""
+        for key, row in other.acc.items():
+            self._add_row(key, row)
+
     def _add(self, key: tuple[str, float | None], v: np.ndarray) -> None:
         known = ~np.isnan(v[1:])
         row = np.concatenate(
             [[v.shape[1], v[0].sum()], np.where(known, v[1:], 0.0).sum(axis=1), known.sum(axis=1)]
         )
+        self._add_row(key, row)
+
+    def _add_row(self, key: tuple[str, float | None], row: np.ndarray) -> None:
         if key in self.acc:
-            self.acc[key] += row
+            self.acc[key] = self.acc[key] + row
         else:
-            self.acc[key] = row
+            self.acc[key] = row.copy()
 
     def _of(self, key: tuple[str, float | None]) -> tuple[int, dict[str, float | None], float]:
         a = self.acc[key]

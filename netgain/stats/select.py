@@ -130,6 +130,18 @@ class Selector:
         if urgent:
             self._urgent.update(rs)
 
+    def bracket(self, rank: int) -> tuple[float, float, int] | None:
+        """During a pass: the range [low, high] holding the rank's value, how many values lie in it,
+        and so whether the pass ends with it known (a kept bucket, or a value already answered:
+        (value, value, 0)); None when it needs more passes."""
+        if rank in self._answers:
+            v = self._answers[rank]
+            return v, v, 0
+        for iv in self._intervals:
+            if iv.collect and rank in iv.ranks:
+                return from_key(iv.lo), from_key(iv.lo + iv.width - 1), iv.count
+        return None
+
     def known(self, ranks: Iterable[int]) -> bool:
         """Whether every one of these ranks has its value."""
         return all(int(r) in self._answers for r in ranks)
