@@ -77,15 +77,29 @@ def generate(run: Path, n: int, rate: float = 5000.0, seed: int = 0, chunk: int 
     writer.close()
     t = np.arange(0.0, duration, 1.0)
     k = len(t)
+    # What `netgain load` scrapes once a second (~20 rows): gauges, CPU and kernel counters
+    # (the report derives their ratios), per-role thread CPU and the workers' CPU ratios.
+    series = [
+        ("server:x", "netgain_gpu_utilization_ratio", "gpu=0", np.full(k, 0.6)),
+        ("server:x", "netgain_queue_depth_requests", "", np.full(k, 3.0)),
+        ("server:x", "netgain_in_flight_requests", "", np.full(k, 8.0)),
+        ("server:x", "netgain_device_instances", "", np.ones(k)),
+        ("server:x", "netgain_cpu_cores", "", np.full(k, 2.0)),
+        ("server:x", "process_cpu_seconds_total", "", 0.9 * t),
+        ("server:x", "netgain_kernel_busy_seconds_total", "", 0.5 * t),
+        *(
+            ("server:x", "netgain_thread_cpu_seconds_total", f"role={r}", 0.1 * t)
+            for r in ("prepost", "device", "frontend", "batcher", "grpc", "metrics", "other")
+        ),
+        *((f"worker:{w}", "netgain_client_worker_cpu_ratio", "", np.full(k, 0.3)) for w in range(6)),
+    ]
     samples = pa.table(
         {
-            "t_s": np.tile(t, 3),
-            "source": ["server:x"] * (3 * k),
-            "metric": ["netgain_gpu_utilization_ratio"] * k
-            + ["netgain_thread_cpu_ratio"] * k
-            + ["netgain_queue_depth_requests"] * k,
-            "labels": [""] * k + ["role=prepost"] * k + [""] * k,
-            "value": np.concatenate([np.full(k, 0.6), np.full(k, 0.7), np.full(k, 3.0)]),
+            "t_s": np.tile(t, len(series)),
+            "source": [src for src, _, _, _ in series for _ in range(k)],
+            "metric": [m for _, m, _, _ in series for _ in range(k)],
+            "labels": [lab for _, _, lab, _ in series for _ in range(k)],
+            "value": np.concatenate([v for _, _, _, v in series]),
         }
     )
     pq.write_table(samples, run / "samples.parquet")
