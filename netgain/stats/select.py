@@ -59,7 +59,7 @@ class _Interval:
 
     @property
     def shift(self) -> int:
-        return max(0, self.width.bit_length() - 1 - SUB_BITS)
+        return max(0, (self.width - 1).bit_length() - SUB_BITS)
 
 
 @dataclass
@@ -81,6 +81,8 @@ class Selector:
     _collect: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     _shifts: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     _active: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    _mins: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    _maxs: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     _sub: np.ndarray | None = None
     _kept: list[np.ndarray] = field(default_factory=list)
     _answers: dict[int, float] = field(default_factory=dict)
@@ -121,6 +123,10 @@ class Selector:
             k, pos = k[~collect], pos[~collect]
             local = ((k - self._los[pos]) >> self._shifts[pos]).astype(np.int64)
             self._sub += np.bincount(pos * (1 << SUB_BITS) + local, minlength=self._sub.size)
+            # each counted bucket's smallest and largest key: a bucket of one repeated value is
+            # answered after this pass instead of after four more
+            np.minimum.at(self._mins, pos, k)
+            np.maximum.at(self._maxs, pos, k)
 
     def want(self, ranks: Iterable[int], urgent: bool = False) -> None:
         """Ranks (0-based, over valid and NaN values sorted NaN last) to read after the passes;
@@ -199,9 +205,9 @@ class Selector:
                 j = int(np.searchsorted(cum, r - iv.below + 1, side="left"))
                 if j not in parts:
                     below = iv.below + (int(cum[j - 1]) if j else 0)
-                    parts[j] = _Interval(
-                        iv.lo + j * step, min(step, iv.width - j * step), below, int(counts[j]), []
-                    )
+                    lo = max(iv.lo + j * step, int(self._mins[i]))
+                    last = min(iv.lo + j * step + min(step, iv.width - j * step) - 1, int(self._maxs[i]))
+                    parts[j] = _Interval(lo, last - lo + 1, below, int(counts[j]), [])
                 parts[j].ranks.append(r)
             out.extend(parts.values())
         if offset != len(kept):
@@ -238,6 +244,8 @@ class Selector:
             self._active[iv.lo >> (64 - TOP_BITS)] = True
         n_sub = sum(1 for iv in pending if not iv.collect)
         self._sub = np.zeros(len(pending) * (1 << SUB_BITS), dtype=np.int64) if n_sub else None
+        self._mins = np.full(len(pending), np.iinfo(np.uint64).max, dtype=np.uint64)
+        self._maxs = np.zeros(len(pending), dtype=np.uint64)
 
     def value(self, rank: int) -> float:
         """The rank-th smallest value (0-based, NaN last); the rank must have been wanted."""
