@@ -9,8 +9,10 @@ report reads the file a few times instead, holding a chunk at a time:
 2. the values of only the histogram buckets holding a wanted rank (percentiles, the bootstrap's
    ranks, the enough-samples bound, the median band, the CDF's points), counted again more finely
    where a bucket is too large to keep; the drift's two halves start here (their split is known
-   after pass 1);
-3. once p99, p99.9 and the median band are exact, the tail attribution's sums.
+   after pass 1); the tail attribution's sums, rows clear of the p99, p99.9 and median-band
+   buckets at once, the few inside them kept until those values are exact at the pass's end;
+3. the buckets counted again, the drift's medians (only the latency columns are read); the tail
+   sums here instead when pass 2 could not keep those four buckets.
 
 Order statistics, counts and bootstrap draws equal the in-memory path's; means are sums over
 counts, equal to numpy's pairwise means to the last bits or so.
