@@ -527,3 +527,17 @@ def test_a_run_in_which_every_request_failed_exits_5_not_invalid(
     assert results.verdict(cfg, live, counts, reasons) == results.EXIT_FAILED
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.endswith(": REQUESTS FAILED: 4 of 4 measured requests failed (4 INTERNAL); none succeeded")
+
+
+def test_sink_merges_small_messages_while_a_row_group_fills(tmp_path: Any) -> None:
+    """Many one-row messages are held as a few merged batches and written in arrival order."""
+    from netgain.loadgen.runner.sink import COMPACT_BATCHES
+
+    path = str(tmp_path / "r.parquet")
+    sink = RecordSink(path, scheduled=None, flush_rows=10_000)
+    order = [int(i) for i in np.random.default_rng(3).permutation(500)]
+    for i in order:
+        sink.add_batch(records_batch(_cols([i])))
+    assert len(sink._batches) < 500 // COMPACT_BATCHES + COMPACT_BATCHES
+    sink.close()
+    assert pq.read_table(path).column("index").to_pylist() == order

@@ -10,6 +10,8 @@ import pyarrow.parquet as pq
 
 from netgain.loadgen.runner.wire import SCHEMA, records_batch
 
+COMPACT_BATCHES = 64  # records messages merged into one batch while a row group fills
+
 
 class RecordSink:
     """Keeps each message of records as the Arrow record batch it arrived as (``add_batch``) and
@@ -26,6 +28,7 @@ class RecordSink:
         self._writer = pq.ParquetWriter(path, SCHEMA, compression="zstd")
         self._batches: list[pa.RecordBatch] = []
         self._rows = 0
+        self._loose = 0  # batches appended since the last compaction
         # None: the caller tracks which requests have rows (the master's Dealer, over a window)
         self.seen = np.zeros(scheduled or 0, dtype=bool)
         self._track = scheduled is not None
@@ -55,6 +58,16 @@ class RecordSink:
         if batch.num_rows:
             self._batches.append(batch)
             self._rows += batch.num_rows
+            self._loose += 1
+            if self._loose >= COMPACT_BATCHES:
+                self._compact()
+
+    def _compact(self) -> None:
+        """The batches since the last compaction as one: a message's batch of a few dozen rows costs
+        ~1 KB a row in buffers and objects, a compacted one what its values take."""
+        loose = self._batches[-self._loose :]
+        self._batches[-self._loose :] = [pa.concat_batches(loose)]
+        self._loose = 0
 
     def flush(self) -> None:
         if not self._rows:
@@ -63,6 +76,7 @@ class RecordSink:
         self.written += self._rows
         self._batches = []
         self._rows = 0
+        self._loose = 0
         # Hand the arrays' freed pages back: Arrow's allocator otherwise keeps what each row group
         # grew it to.
         pa.default_memory_pool().release_unused()

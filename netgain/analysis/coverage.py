@@ -30,8 +30,15 @@ def attribution_gaps(
     n = len(server_total_ok)
     missing = int(np.isnan(server_total_ok).sum()) if n else 0
     answered = np.empty(0) if server_total_answered is None else server_total_answered
+    timed = int((~np.isnan(answered)).sum())
+    return gaps_from_counts(n, missing, len(answered), timed, meta)
+
+
+def gaps_from_counts(n: int, missing: int, answered: int, timed: int, meta: dict[str, Any]) -> list[str]:
+    """``attribution_gaps`` from counts: ``n`` successful requests, ``missing`` of them without the
+    trailer, ``answered`` requests of any status, ``timed`` of those with it."""
     # No success: the gap stays said when no answered request carried the trailer either.
-    untimed = n == 0 and len(answered) > 0 and bool(np.isnan(answered).all())
+    untimed = n == 0 and answered > 0 and timed == 0
     cfg = meta.get("config") or {}
     oip = not server_measured(meta)
     platform = ((meta.get("server") or {}).get("versions") or {}).get("platform")
@@ -41,7 +48,7 @@ def attribution_gaps(
         which = (
             f"on {missing} of {n} successful requests"
             if n
-            else f"on any of the {len(answered)} answered requests (none succeeded)"
+            else f"on any of the {answered} answered requests (none succeeded)"
         )
         lines += [
             f"no server-timing trailer {which} from the {who}: for them "

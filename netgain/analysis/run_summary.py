@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 
 from netgain.analysis import bottleneck as bn
-from netgain.analysis import cost, stats
+from netgain.analysis import cost, stats, stream
 from netgain.analysis.coverage import attribution_gaps, server_measured
+from netgain.analysis.figures import Figures, latency_cdf, window
 from netgain.analysis.rundir import (
-    AnalysisError,
     Requests,
     join_span_log,
     load_meta,
@@ -43,37 +43,6 @@ class RunResult:
 
 def _cfg(meta: dict[str, Any]) -> dict[str, Any]:
     return meta.get("config") or {}
-
-
-def window(meta: dict[str, Any], scheduled_s: np.ndarray, warmup_s: float | None) -> tuple[float, float]:
-    """[start, end) of the measured window (s since the epoch): after warm-up, to the schedule's end.
-
-    `netgain load` schedules warmup_s + duration_s seconds (config.duration_s excludes the
-    warm-up); trace.duration_s is only the last arrival's time, so it is the fallback.
-    """
-    cfg, trace = _cfg(meta), meta.get("trace") or {}
-    cfg_warm = float(cfg.get("warmup_s") or 0.0)
-    start = float(warmup_s) if warmup_s is not None else cfg_warm
-    if cfg.get("duration_s"):
-        end = cfg_warm + float(cfg["duration_s"])
-    elif trace.get("duration_s"):
-        end = float(trace["duration_s"])
-    else:
-        end = float(scheduled_s.max()) if len(scheduled_s) else start
-    stop = meta.get("interrupted_at_s")
-    if stop is not None:  # a partial run is measured up to its Ctrl-C, not over the schedule it never ran
-        end = min(end, float(stop))
-        if end <= start:
-            raise AnalysisError(
-                f"the run was interrupted at {float(stop):.1f} s, within its warm-up ({start:g} s): nothing "
-                "was measured; run `netgain load` again"
-            )
-    if end <= start:
-        raise AnalysisError(
-            f"the warm-up ({start:g} s) leaves no measured window (the schedule ends at {end:g} s): "
-            "lower --warmup-s"
-        )
-    return start, end
 
 
 @dataclass
@@ -127,21 +96,23 @@ def _statuses(rows: _Rows, meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def _latency(
-    lat_sorted: np.ndarray, bootstrap: int, rng: np.random.Generator, warnings: list[str]
-) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], dict[str, Any]]:
-    """(latency summary, p99 bootstrap draws, its interval, whether the tail quantiles are bounded)."""
+    lat_sorted: np.ndarray, bootstrap: int, rng: np.random.Generator
+) -> tuple[dict[str, Any], np.ndarray, dict[str, Any]]:
+    """(latency summary, p99 bootstrap draws, whether the tail quantiles are bounded)."""
     latency = stats.summarize(lat_sorted)
     latency["mean"] = float(lat_sorted.mean()) if len(lat_sorted) else None
     p99_draws = stats.bootstrap_quantile(lat_sorted, 0.99, bootstrap, rng)
-    latency_ci = {"p99": stats.interval(p99_draws), "draws": len(p99_draws), "confidence": 0.95}
     enough = {"p99": stats.enough_samples(lat_sorted, 0.99), "p999": stats.enough_samples(lat_sorted, 0.999)}
+    return latency, p99_draws, enough
+
+
+def _warn_enough(enough: dict[str, Any], warnings: list[str]) -> None:
     for k, e in enough.items():
         if not e["enough"]:
             warnings.append(
                 f"{e['n']} successful requests cannot bound {k} at 95% confidence "
                 f"(needs >= {e['min_samples']}): run longer or at a higher rate"
             )
-    return latency, p99_draws, latency_ci, enough
 
 
 def _completed(rows: _Rows) -> np.ndarray:
@@ -202,7 +173,7 @@ def _phases(
 def _resources(
     run_dir: str | Path,
     meta: dict[str, Any],
-    rows: _Rows,
+    rows: Figures,
     send_lag: dict[str, Any],
     dropped: int,
     warnings: list[str],
@@ -274,7 +245,7 @@ def _missed(p99: float | None, slo: float) -> str:
 
 def _cost(
     meta: dict[str, Any],
-    rows: _Rows,
+    rate: np.ndarray,
     *,
     price: float | None,
     slo: float | None,
@@ -297,7 +268,6 @@ def _cost(
         note = f"{_missed(p99, slo)}: no cost at SLO for this run"
         steady = None
     cold = cost.cold_start_s(meta)
-    rate = cost.arrival_rate(rows.req.scheduled_s, 1.0, rows.t1)
     # Capacity comes only from a run that held the SLO: past it, completions measure an overloaded
     # server, not what one replica carries at the objective.
     own = thr > 0 and valid and slo_held is not False
@@ -349,25 +319,66 @@ def _cost(
     }
 
 
-def _drift(rows: _Rows, warnings: list[str]) -> dict[str, Any]:
+def _warn_drift(drift: dict[str, Any], warnings: list[str]) -> None:
     """Median latency of the window's first half against its second: is this steady state?"""
-    drift = stats.drift(rows.req.latency_ms[rows.ok], rows.req.scheduled_s[rows.ok])
     if drift["ratio"] is not None and not 0.8 <= drift["ratio"] <= 1.25:
         warnings.append(
             f"median latency drifted x{drift['ratio']:.2f} from the first to the second half: "
             "not steady state (longer warm-up, or a growing queue)"
         )
-    return drift
 
 
-def _plot_series(lat_sorted: np.ndarray, ser: Any) -> dict[str, Any]:
-    """The charts' data: the latency CDF (at most 300 points) and the utilization time series."""
-    n_lat = len(lat_sorted)
-    q_idx = np.linspace(0, n_lat - 1, min(n_lat, 300)).astype(np.int64) if n_lat else np.zeros(0, np.int64)
-    return {
-        "latency_cdf": [[float(i + 1) / max(n_lat, 1), float(lat_sorted[i])] for i in q_idx],
-        "utilization": bn.timeseries(ser, PLOT_METRICS),
-    }
+def _in_memory(
+    run_dir: str | Path,
+    meta: dict[str, Any],
+    warmup_s: float | None,
+    span_log: str | Path | None,
+    bootstrap: int,
+    rng: np.random.Generator,
+    warnings: list[str],
+) -> Figures:
+    """The figures from every request row held in memory (runs up to ``stream.STREAM_ABOVE_ROWS``)."""
+    req = _load(run_dir, warmup_s, span_log, warnings)
+    t0, t1 = window(meta, req.scheduled_s, warmup_s)
+    measured = ~req.warmup
+    if meta.get("interrupted_at_s") is not None:  # what the Ctrl-C cut off was never measured
+        measured &= req.scheduled_s < t1
+    ok = measured & req.status_mask("OK") & ~np.isnan(req.latency_ms)
+    rows = _Rows(req, measured, ok, t0, t1)
+    st = _statuses(rows, meta)
+    lat_sorted = np.sort(req.latency_ms[ok])
+    latency, p99_draws, enough = _latency(lat_sorted, bootstrap, rng)  # rng: p99 first, then throughput
+    send_lag = stats.summarize(np.sort(req.send_lag_ms[measured & ~np.isnan(req.send_lag_ms)]))
+    service = stats.summarize(np.sort(req.service_ms[ok]))
+    thr, n_done, thr_draws = _throughput(rows, bootstrap, rng)
+    phases_ms, tail = _phases(rows, service, lat_sorted, latency)
+    answered = measured & ~np.isnan(req.latency_ms)
+    batch_ok = req.batch_size[ok]
+    return Figures(
+        rows=req.n,
+        warmup=int(req.warmup.sum()),
+        t0=t0,
+        t1=t1,
+        statuses=st,
+        latency=latency,
+        p99_draws=p99_draws,
+        enough=enough,
+        send_lag=send_lag,
+        service=service,
+        throughput=thr,
+        completed=n_done,
+        thr_draws=thr_draws,
+        phases_ms=phases_ms,
+        tail=tail,
+        drift=stats.drift(req.latency_ms[ok], req.scheduled_s[ok]),
+        batch_size_mean=float(np.nanmean(batch_ok)) if np.any(~np.isnan(batch_ok)) else None,
+        offered=int(measured.sum()),
+        arrival_rate=cost.arrival_rate(req.scheduled_s, 1.0, t1),
+        # what a target without netgain's trailers or ServerInfo leaves unattributed
+        gaps=attribution_gaps(req.server_total_ms[ok], meta, req.server_total_ms[answered]),
+        latency_cdf=latency_cdf(lat_sorted),
+        join=req.join,
+    )
 
 
 def analyze(
@@ -388,32 +399,26 @@ def analyze(
     price = price_per_hour if price_per_hour is not None else cfg.get("price_per_hour")
     slo = slo_p99_ms if slo_p99_ms is not None else cfg.get("slo_p99_ms")
     warnings: list[str] = []
-    req = _load(run_dir, warmup_s, span_log, warnings)
-    t0, t1 = window(meta, req.scheduled_s, warmup_s)
-    measured = ~req.warmup
-    if meta.get("interrupted_at_s") is not None:
-        measured &= req.scheduled_s < t1
-    ok = measured & req.status_mask("OK") & ~np.isnan(req.latency_ms)
-    rows = _Rows(req, measured, ok, t0, t1)
     rng = np.random.default_rng(seed)  # drawn from in this order: p99, then throughput
-
-    st = _statuses(rows, meta)
-    lat_sorted = np.sort(req.latency_ms[ok])
-    latency, p99_draws, latency_ci, enough = _latency(lat_sorted, bootstrap, rng, warnings)
-    send_lag = stats.summarize(np.sort(req.send_lag_ms[measured & ~np.isnan(req.send_lag_ms)]))
-    service = stats.summarize(np.sort(req.service_ms[ok]))
-    thr, n_done, thr_draws = _throughput(rows, bootstrap, rng)
-    phases_ms, tail = _phases(rows, service, lat_sorted, latency)
+    # an interrupted run is cut at its Ctrl-C, which the in-memory path does (the streamed one does not)
+    if meta.get("interrupted_at_s") is None and stream.streams(run_dir, span_log):
+        fig = stream.figures(run_dir, meta, warmup_s, bootstrap, rng)
+    else:
+        fig = _in_memory(run_dir, meta, warmup_s, span_log, bootstrap, rng, warnings)
+    _warn_enough(fig.enough, warnings)
+    st, latency, send_lag, thr = fig.statuses, fig.latency, fig.send_lag, fig.throughput
+    p99_draws, thr_draws = fig.p99_draws, fig.thr_draws
+    latency_ci = {"p99": stats.interval(p99_draws), "draws": len(p99_draws), "confidence": 0.95}
     valid, reasons = _validity(meta, send_lag, st["dropped"])
     slo_held = _slo_held(slo, latency["p99"], cfg.get("max_error_rate"), st["error_rate"], warnings)
     missed = None if slo_held is not False else _missed(latency["p99"], slo or 0.0)
     if slo_held is False and latency["p99"] is not None and latency["p99"] <= (slo or 0.0):
         missed = f"error rate {st['error_rate']:.4f} > max_error_rate {cfg.get('max_error_rate')}"
     shed = st["statuses"].get("RESOURCE_EXHAUSTED", 0)
-    res = _resources(run_dir, meta, rows, send_lag, st["dropped"], warnings, span_log, missed, shed)
+    res = _resources(run_dir, meta, fig, send_lag, st["dropped"], warnings, span_log, missed, shed)
     costs = _cost(
         meta,
-        rows,
+        fig.arrival_rate,
         price=price,
         slo=slo,
         slo_held=slo_held,
@@ -424,11 +429,8 @@ def analyze(
         min_replicas=min_replicas,
         scale_down_after_s=scale_down_after_s,
     )
-    drift = _drift(rows, warnings)
-    answered = measured & ~np.isnan(req.latency_ms)
-    # what a target without netgain's trailers or ServerInfo leaves unattributed
-    gaps = attribution_gaps(req.server_total_ms[ok], meta, req.server_total_ms[answered])
-    warnings.extend(gaps)
+    _warn_drift(fig.drift, warnings)
+    warnings.extend(fig.gaps)
 
     report: dict[str, Any] = {
         "schema": SCHEMA_VERSION,
@@ -439,20 +441,18 @@ def analyze(
         "server_config": server_config(meta) if server_measured(meta) else None,
         "latency_ms": latency,
         "latency_ci_ms": latency_ci,
-        "enough_samples": enough,
-        "service_ms": service,
+        "enough_samples": fig.enough,
+        "service_ms": fig.service,
         "throughput_rps": thr,
         "throughput_ci_rps": stats.interval(thr_draws),
-        "offered_rps": float(len(req.scheduled_s[measured]) / rows.dur),
+        "offered_rps": float(fig.offered / fig.dur),
         "errors": st["errors"],
-        "batch_size_mean": float(np.nanmean(req.batch_size[ok]))
-        if np.any(~np.isnan(req.batch_size[ok]))
-        else None,
+        "batch_size_mean": fig.batch_size_mean,
         "statuses": st["statuses"],
         "error_rate": st["error_rate"],
         "send_lag_ms": send_lag,
-        "phases_ms": phases_ms,
-        "tail": tail,
+        "phases_ms": fig.phases_ms,
+        "tail": fig.tail,
         "gpu": res["gpu"],
         "cpu": res["cpu"],
         "queue": res["queue"],
@@ -466,24 +466,24 @@ def analyze(
         "interrupted": meta.get("interrupted_at_s") is not None,
         "invalid_reasons": reasons,
         "warnings": [f"INVALID: {r}" for r in reasons] + warnings,
-        "window_s": {"start": t0, "end": t1, "duration": rows.dur},
+        "window_s": {"start": fig.t0, "end": fig.t1, "duration": fig.dur},
         "counts": {
-            "rows": req.n,
+            "rows": fig.rows,
             "measured": st["n_measured"],
             "ok": st["n_ok"],
-            "completed_in_window": n_done,
+            "completed_in_window": fig.completed,
             "dropped": st["dropped"],
-            "warmup": int(req.warmup.sum()),
+            "warmup": fig.warmup,
         },
-        "drift": drift,
-        "attribution_gaps": gaps,
-        "join": req.join or None,
+        "drift": fig.drift,
+        "attribution_gaps": fig.gaps,
+        "join": fig.join or None,
         "config": {
             k: cfg.get(k) for k in ("arrival", "rate", "duration_s", "warmup_s", "mode", "max_send_lag_ms")
         },
         "trace": meta.get("trace") or {},
         "versions": meta.get("versions") or {},
-        "series": _plot_series(lat_sorted, res["series"]),
+        "series": {"latency_cdf": fig.latency_cdf, "utilization": bn.timeseries(res["series"], PLOT_METRICS)},
     }
     return RunResult(report=report, p99_draws=p99_draws, thr_draws=thr_draws, meta=meta)
 

@@ -16,14 +16,17 @@ from netgain.stats.quantiles import QUANTILES, median, quantiles, rank, summariz
 __all__ = [
     "QUANTILES",
     "bootstrap_quantile",
+    "bootstrap_ranks",
     "bootstrap_rate",
     "drift",
+    "drift_of",
     "enough_samples",
     "interval",
     "phase_stats",
     "rank",
     "slope",
     "summarize",
+    "upper_bound_rank",
 ]
 
 
@@ -45,13 +48,17 @@ def bootstrap_quantile(sorted_ms: np.ndarray, q: float, draws: int, rng: np.rand
     resampled quantile is sorted[ceil(n * Beta) - 1]: the same distribution as the textbook
     row bootstrap, in O(draws) instead of O(draws * n).
     """
-    n = len(sorted_ms)
+    idx = bootstrap_ranks(len(sorted_ms), q, draws, rng)
+    return np.asarray(sorted_ms[idx], dtype=np.float64) if len(idx) else np.empty(0)
+
+
+def bootstrap_ranks(n: int, q: float, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """The ranks (0-based, in the sorted values) whose values are ``bootstrap_quantile``'s draws."""
     if n == 0 or draws <= 0:
-        return np.empty(0)
+        return np.empty(0, dtype=np.int64)
     k = rank(n, q) + 1
     u = rng.beta(k, n - k + 1, size=draws)
-    idx = np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
-    return np.asarray(sorted_ms[idx], dtype=np.float64)
+    return np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
 
 
 def bootstrap_rate(bin_counts: np.ndarray, bin_s: float, draws: int, rng: np.random.Generator) -> np.ndarray:
@@ -112,8 +119,17 @@ def enough_samples(sorted_ms: np.ndarray, q: float, conf: float = 0.95) -> dict[
         "upper_bound_ms": None,
         "min_samples": math.ceil(math.log(1 - conf) / math.log(q)),
     }
+    k = upper_bound_rank(n, q, conf)
+    if k is not None:
+        out.update(enough=True, upper_bound_ms=float(sorted_ms[k - 1]), upper_bound_rank=k)
+    return out
+
+
+def upper_bound_rank(n: int, q: float, conf: float = 0.95) -> int | None:
+    """The 1-based rank k of ``enough_samples``' upper bound on the q-quantile of n values; None
+    when even the maximum cannot bound it at ``conf``."""
     if n == 0:
-        return out
+        return None
     lo, tail = _binom_upper_tail(n, q)
     # P(S <= k-1) = 1 - P(S >= k) >= conf  <=>  P(S >= k) <= 1 - conf
     ok = np.nonzero(tail <= 1 - conf)[0]
@@ -121,10 +137,9 @@ def enough_samples(sorted_ms: np.ndarray, q: float, conf: float = 0.95) -> dict[
     if len(ok):
         k = int(lo + ok[0])
         if k <= n:
-            out.update(enough=True, upper_bound_ms=float(sorted_ms[k - 1]), upper_bound_rank=k)
-            return out
+            return k
     # k would be n + 1: even the maximum cannot bound the quantile at this confidence
-    return out
+    return None
 
 
 def drift(latency_ms: np.ndarray, scheduled_s: np.ndarray) -> dict[str, Any]:
@@ -138,8 +153,15 @@ def drift(latency_ms: np.ndarray, scheduled_s: np.ndarray) -> dict[str, Any]:
     a, b = lat[t < mid], lat[t >= mid]
     if not len(a) or not len(b):
         return {"first_half_p50_ms": None, "second_half_p50_ms": None, "ratio": None}
-    pa_, pb_ = median(a), median(b)
-    return {"first_half_p50_ms": pa_, "second_half_p50_ms": pb_, "ratio": pb_ / pa_ if pa_ > 0 else None}
+    return drift_of(median(a), median(b))
+
+
+def drift_of(first_p50: float | None, second_p50: float | None) -> dict[str, Any]:
+    """``drift``'s figures from the two halves' medians (None when a half is empty)."""
+    if first_p50 is None or second_p50 is None:
+        return {"first_half_p50_ms": None, "second_half_p50_ms": None, "ratio": None}
+    ratio = second_p50 / first_p50 if first_p50 > 0 else None
+    return {"first_half_p50_ms": first_p50, "second_half_p50_ms": second_p50, "ratio": ratio}
 
 
 def slope(t: np.ndarray, y: np.ndarray) -> float:

@@ -57,9 +57,23 @@ def _attribute(
     n = int(tail_sel.sum())
     if n == 0 or not band_sel.any():
         return {"n": n, "dominant": None, "phases": {}}
-    tail_mean = _means(cols, tail_sel)
-    typ_mean = _means(cols, band_sel)
-    tail_lat = float(latency[tail_sel].mean())
+    return _attributed(
+        n,
+        _means(cols, tail_sel),
+        _means(cols, band_sel),
+        float(latency[tail_sel].mean()),
+        float(latency[band_sel].mean()),
+    )
+
+
+def _attributed(
+    n: int,
+    tail_mean: dict[str, float | None],
+    typ_mean: dict[str, float | None],
+    tail_lat: float,
+    band_lat: float,
+) -> dict[str, Any]:
+    """The attribution of ``n`` tail requests from their phases' means and the typical request's."""
     rows: dict[str, dict[str, float | None]] = {}
     best, best_excess = None, -np.inf
     for p in TAIL_PHASES:
@@ -79,7 +93,7 @@ def _attribute(
     return {
         "n": n,
         "latency_mean_ms": tail_lat,
-        "median_latency_mean_ms": float(latency[band_sel].mean()),
+        "median_latency_mean_ms": band_lat,
         "dominant": best,
         "phases": rows,
     }
@@ -129,3 +143,93 @@ def attribute(
         out[name] = res
     out["dominant"] = out.get("p99", {}).get("dominant")
     return out
+
+
+class TailSums:
+    """``attribute``'s figures from rows streamed in chunks: per selection (the median band, each
+    threshold's tail) and batch size, the rows' count and the sums behind each mean. Means are
+    these sums over counts, so they can differ from ``attribute``'s in the last bits."""
+
+    def __init__(self, thresholds: dict[str, float | None], band_ms: tuple[float, float]) -> None:
+        self.thresholds = thresholds
+        self.band_ms = band_ms
+        # (selection, batch size or None for all) -> [rows, latency sum, per phase: sum, count]
+        self.acc: dict[tuple[str, float | None], np.ndarray] = {}
+
+    def keep(self, latency: np.ndarray) -> np.ndarray:
+        """The rows ``add`` counts (the median band and the lowest threshold's tail): pass only
+        those to spare building every row's phases."""
+        band = (latency >= self.band_ms[0]) & (latency <= self.band_ms[1])
+        cuts = [t for t in self.thresholds.values() if t is not None]
+        return np.asarray(band | (latency >= min(cuts))) if cuts else band
+
+    def add(self, latency: np.ndarray, cols: dict[str, np.ndarray], batch_size: np.ndarray) -> None:
+        band = (latency >= self.band_ms[0]) & (latency <= self.band_ms[1])
+        sels = {"band": band}
+        sels.update({k: latency >= t for k, t in self.thresholds.items() if t is not None})
+        values = np.stack([latency, *(cols[p] for p in TAIL_PHASES)])
+        for name, sel in sels.items():
+            if not sel.any():
+                continue
+            v, b = values[:, sel], batch_size[sel]
+            self._add((name, None), v)
+            for s in np.unique(b[~np.isnan(b)]):
+                self._add((name, float(s)), v[:, b == s])
+
+    def merge(self, other: TailSums) -> None:
+        """Add another's sums (rows it counted, under its thresholds) to these."""
+        for key, row in other.acc.items():
+            self._add_row(key, row)
+
+    def _add(self, key: tuple[str, float | None], v: np.ndarray) -> None:
+        known = ~np.isnan(v[1:])
+        row = np.concatenate(
+            [[v.shape[1], v[0].sum()], np.where(known, v[1:], 0.0).sum(axis=1), known.sum(axis=1)]
+        )
+        self._add_row(key, row)
+
+    def _add_row(self, key: tuple[str, float | None], row: np.ndarray) -> None:
+        if key in self.acc:
+            self.acc[key] = self.acc[key] + row
+        else:
+            self.acc[key] = row.copy()
+
+    def _of(self, key: tuple[str, float | None]) -> tuple[int, dict[str, float | None], float]:
+        a = self.acc[key]
+        k = len(TAIL_PHASES)
+        sums, counts = a[2 : 2 + k], a[2 + k :]
+        means = {p: float(sums[i] / counts[i]) if counts[i] else None for i, p in enumerate(TAIL_PHASES)}
+        return int(a[0]), means, float(a[1] / a[0])
+
+    def _attr(self, tail: tuple[str, float | None], band: tuple[str, float | None]) -> dict[str, Any]:
+        if tail not in self.acc:
+            return {"n": 0, "dominant": None, "phases": {}}
+        n, tail_mean, tail_lat = self._of(tail)
+        if band not in self.acc:
+            return {"n": n, "dominant": None, "phases": {}}
+        _, typ_mean, band_lat = self._of(band)
+        return _attributed(n, tail_mean, typ_mean, tail_lat, band_lat)
+
+    def result(self) -> dict[str, Any]:
+        """What ``attribute`` returns for the same rows."""
+        out: dict[str, Any] = {"median_band": [BAND[0], BAND[1]], "median_band_ms": list(self.band_ms)}
+        for name, thr in self.thresholds.items():
+            if thr is None:
+                out[name] = {"n": 0, "dominant": None, "phases": {}}
+                continue
+            res = self._attr((name, None), ("band", None))
+            res["threshold_ms"] = thr
+            per_batch: dict[str, Any] = {}
+            sizes = sorted(s for (sel, s) in self.acc if sel == name and s is not None)
+            for s in sizes:
+                band_key = ("band", s) if ("band", s) in self.acc else ("band", None)
+                r = self._attr((name, s), band_key)
+                per_batch[str(int(s))] = {
+                    "n": r["n"],
+                    "dominant": r["dominant"],
+                    "excess_ms": {p: v["excess_ms"] for p, v in r["phases"].items()},
+                }
+            res["by_batch_size"] = per_batch
+            out[name] = res
+        out["dominant"] = out.get("p99", {}).get("dominant")
+        return out
