@@ -112,3 +112,19 @@ class PidPre(BusyPre):
 
         super().preprocess(item)
         return os.getpid()
+
+
+class SleepPre(BusyPre):
+    """Pre-processing waits ``sleep_ms`` per item without using the CPU: a side of known capacity
+    (pre threads x 1000 / sleep_ms req/s) that leaves the host's cores to the load generator."""
+
+    name = "sleep-pre"
+
+    def __init__(self, options: dict[str, str] | None = None, seed: int = 0) -> None:
+        super().__init__(options, seed)
+        self.pre_ms = 0
+        self.sleep_ms = self.int_option("sleep_ms", 50, lo=0)
+
+    def preprocess(self, item: pb.Input) -> Any:
+        time.sleep(self.sleep_ms / 1000)
+        return len(item.data)

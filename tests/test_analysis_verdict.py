@@ -75,3 +75,46 @@ def test_inconclusive_when_the_cost_ratio_interval_straddles_one(tmp_path: Path)
     assert lo < 1.0 < hi, v
     assert v["outcome"] == "inconclusive"
     assert any("straddles 1" in x for x in v["reasons"])
+
+
+def _cap(cap: float | None, missed: float, **kw: Any) -> dict[str, Any]:
+    return {"capacity_rps": cap, "last_held": cap, "first_missed": missed, "floor_rps": 5.0,
+            "precision": 0.1, "runs": 6, "reached_floor": False, "unbounded": False, **kw}  # fmt: skip
+
+
+def test_a_baseline_that_meets_the_slo_at_no_rate_is_an_answer(tmp_path: Path) -> None:
+    """The capacity search proved the baseline misses the SLO down to its floor: YES, the treatment is
+    the only way to meet it (not INCONCLUSIVE for want of the baseline's cost)."""
+    t = make_run(tmp_path / "t", device="cuda", phases_ms={"kernel": 1.0}, **COMMON)
+    b = make_run(tmp_path / "b", device="cpu", phases_ms={"queue": 200.0}, **COMMON)
+    caps = {"baseline": _cap(None, 5.0, reached_floor=True), "treatment": _cap(400.0, 440.0)}
+    v = _verdict(t, b, 3.0, 1.0, capacity_rps=400.0, capacities=caps)
+    assert v["outcome"] == "net_gain" and v["only_side"] == "treatment", v["reasons"]
+    assert any(
+        "the baseline (cpu) cannot meet p99 <= 50 ms at any rate >= 5 req/s: the treatment (cuda) is the only"
+        in x
+        for x in v["reasons"]
+    )
+    caps = {"baseline": _cap(150.0, 160.0), "treatment": _cap(None, 5.0, reached_floor=True)}
+    v = _verdict(b, t, 3.0, 1.0, capacity_rps=None, baseline_capacity_rps=150.0, capacities=caps)
+    assert v["outcome"] == "no_net_gain" and v["only_side"] == "baseline", v["reasons"]
+
+
+def test_searched_capacities_give_the_cost_interval_and_what_would_separate_it(tmp_path: Path) -> None:
+    """Costs priced at the searched capacities, the interval from the brackets. At 100 req/s one
+    replica each, treatment at 2/h vs baseline at 1/h: NO. At 250 req/s, baseline 100 [100, 130) needs
+    2 or 3 replicas, treatment 125 [125, 260) at 1.4/h 1 or 2: the ratio is in [1.4/3, 2.8/2], which
+    straddles 1: INCONCLUSIVE, saying what precision would separate them."""
+    run = {**COMMON, "rate": 250.0}
+    t = make_run(tmp_path / "t", device="cuda", phases_ms={"kernel": 1.0}, **COMMON)
+    b = make_run(tmp_path / "b", device="cpu", **COMMON)
+    caps = {"baseline": _cap(100.0, 110.0), "treatment": _cap(200.0, 210.0)}
+    v = _verdict(t, b, 2.0, 1.0, capacity_rps=200.0, baseline_capacity_rps=100.0, capacities=caps)
+    assert v["outcome"] == "no_net_gain" and "from the capacity brackets" in " ".join(v["reasons"])
+    t2 = make_run(tmp_path / "t2", device="cuda", phases_ms={"kernel": 1.0}, **run)
+    b2 = make_run(tmp_path / "b2", device="cpu", **run)
+    caps = {"baseline": _cap(100.0, 130.0), "treatment": _cap(125.0, 260.0)}
+    v = _verdict(t2, b2, 1.4, 1.0, capacity_rps=125.0, baseline_capacity_rps=100.0, capacities=caps)
+    lo, hi = v["cost_ratio_ci"]
+    assert lo < 1 < hi and v["outcome"] == "inconclusive", v["reasons"]
+    assert any("capacity brackets overlap" in x and "--precision" in x for x in v["reasons"])

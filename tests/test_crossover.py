@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -202,3 +203,35 @@ def test_compare_output_baseline_never_held_the_slo(
     assert "baseline (cpu): capacity unknown" in html and "crossover: inconclusive" in html
     print_compare(reports, rows, cfg.out)
     assert "CROSSOVER: INCONCLUSIVE (treatment cuda vs baseline cpu)" in capsys.readouterr().out
+
+
+def test_crossover_computed_from_searched_capacities() -> None:
+    """The search's brackets priced as curves: the crossover rate computed on the replica steps
+    (900 req/s for CPUs of 100 at 1/h vs GPUs of 400 at 3/h), its interval from the brackets, drawn."""
+    from netgain.analysis.crossover import from_capacities
+
+    def cap(c: float | None, missed: float, **kw: Any) -> dict[str, Any]:
+        return {"capacity_rps": c, "last_held": c, "first_missed": missed, "floor_rps": 1.0, **kw}
+
+    sides = {
+        "baseline": {"device": "cpu", "price_per_hour": 1.0, "capacity": cap(100.0, 110.0)},
+        "treatment": {"device": "cuda", "price_per_hour": 3.0, "capacity": cap(400.0, 440.0)},
+    }
+    c = from_capacities(sides, slo_p99_ms=100.0)
+    assert c["outcome"] == "crossover" and c["crossover_rps"] == 900.0 and c["first_cheaper_rps"] == 300.0
+    lo, hi = c["crossover_interval_rps"]
+    assert lo <= 900.0 <= hi and c["rates_rps"][0] < 100.0 and c["rates_rps"][-1] >= 2 * hi
+    i = next(k for k, r in enumerate(c["rates_rps"]) if r > 1000)
+    assert c["baseline"]["cost_per_1k"][i] == pytest.approx(
+        math.ceil(c["rates_rps"][i] / 100) / (c["rates_rps"][i] * 3.6)
+    )
+    assert c["treatment_cheaper"][i] is True
+    assert line(c).startswith(f"CROSSOVER at 900 req/s [{lo:.4g}, {hi:.4g}] (treatment cuda vs baseline cpu)")
+    svg = plot(c)
+    assert "crossover interval" in svg and "crossover at 900 req/s" in svg
+    _inside_the_viewbox(svg)
+    sides["baseline"]["capacity"] = cap(None, 1.0, reached_floor=True)
+    c = from_capacities(sides, slo_p99_ms=100.0)
+    assert c["outcome"] == "only_treatment" and c["crossover_rps"] is None
+    assert "the baseline (cpu) cannot meet p99 <= 100 ms at any rate >= 1 req/s" in c["reason"]
+    assert "only the treatment meets the SLO" in plot(c)

@@ -211,6 +211,51 @@ def test_compare_two_cpu_setups_end_to_end_and_resume(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_compare_searches_both_capacities_below_the_default_rate_and_answers(tmp_path: Path) -> None:
+    """Without --rates, compare finds each side's capacity by the search, going down from the default
+    rate (50 req/s) that one pre-processing thread waiting 50 ms per request (20 req/s at most) cannot
+    hold at p99 <= 200 ms,
+    prices both at the capacity found and answers; re-running reuses every step."""
+    out = tmp_path / "cmp"
+    args = [
+        "compare", "--model", "bottleneck_handlers:SleepPre", "--handler-option", "sleep_ms=50",
+        "--baseline-serve-args", "--pre-threads 1", "--treatment-serve-args", "--pre-threads 1",
+        "--treatment-device", "cpu", "--batch-sizes", "1", "--duration", "2", "--warmup-s", "0.5",
+        "--sweep-duration", "2", "--precision", "0.5", "--min-rps", "2", "--slo-p99-ms", "200",
+        "--cpu-price-per-hour", "1.0", "--gpu-price-per-hour", "8.0", "--out", str(out),
+    ]  # fmt: skip
+    res = netgain(*args, timeout=540)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "a capacity search of ~" in res.stderr and "expect ~" in res.stderr
+    rep = json.loads((out / "compare-warm" / "report.json").read_text())
+    for side in ("baseline", "treatment"):
+        cap = rep["compare"]["capacity"][side]
+        assert cap["known"] and not cap["unbounded"], cap
+        assert (out / side / "search" / "b1" / "r50" / "meta.json").exists()  # the default rate, tried first
+        if not cap["reached_floor"]:
+            held, missed = cap["last_held"], cap["first_missed"]
+            assert 2 <= held < missed <= 50 and (missed - held) / held <= 0.5
+            assert held <= 20
+            assert (out / side / "search" / "b1" / f"r{held:.6g}" / "meta.json").exists()
+            assert f"CAPACITY {side}: " in res.stdout
+    c = rep["crossover"]
+    assert c["source"] == "search" and c["outcome"] in (
+        "crossover",
+        "never",
+        "only_baseline",
+        "only_treatment",
+    )
+    assert "CROSSOVER" in res.stdout and len(c["rates_rps"]) == len(c["baseline"]["cost_per_1k"])
+    for mode in ("warm", "cold"):  # the same handler at eight times the price: never a net gain
+        verdict = json.loads((out / f"compare-{mode}" / "report.json").read_text())["verdict"]
+        assert verdict["outcome"] == "no_net_gain", verdict["reasons"]
+        assert f"{mode.upper()}: net gain NO" in res.stdout
+    again = netgain(*args, timeout=300)
+    assert again.returncode == 0 and "netgain load:" not in again.stdout + again.stderr
+    assert "(reused)" in again.stderr
+
+
+@pytest.mark.slow
 def test_drill_with_scale_up(tmp_path: Path) -> None:
     out = tmp_path / "drill"
     res = netgain(
