@@ -14,6 +14,7 @@ from analysis_fixtures import make_run
 
 from netgain.analysis import AnalysisError, build_report
 from netgain.contract import messages, payloads, records, rundir
+from netgain.contract.report import read_report
 from netgain.loadgen.payloads import PayloadFactory
 from netgain.loadgen.runner import frames
 from netgain.protos import inference_pb2 as pb
@@ -117,7 +118,10 @@ def test_meta_round_trip_with_the_schema_first(tmp_path: Path) -> None:
     assert text.startswith('{\n  "schema": 1,') and json.loads(text)["schema"] == rundir.SCHEMA_VERSION
     assert rundir.read_meta(tmp_path) == {"schema": rundir.SCHEMA_VERSION, "run_id": "x"}
     rundir.write_report(tmp_path, {"valid": True})
-    assert rundir.read_report(tmp_path) == {"schema": rundir.SCHEMA_VERSION, "valid": True}
+    assert rundir.read_json(tmp_path, rundir.REPORT, "netgain report") == {
+        "schema": rundir.SCHEMA_VERSION,
+        "valid": True,
+    }
 
 
 @pytest.mark.parametrize(
@@ -143,4 +147,4 @@ def test_other_or_missing_schema_is_one_clear_error(tmp_path: Path, schema: obje
         build_report(run, bootstrap=0)
     (run / "report.json").write_text(json.dumps(meta))
     with pytest.raises(rundir.SchemaVersionError, match=r"report\.json"):
-        rundir.read_report(run)
+        read_report(run)

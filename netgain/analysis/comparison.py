@@ -12,6 +12,7 @@ from netgain.analysis import cost, pricing
 from netgain.analysis.run_summary import RunResult
 from netgain.analysis.rundir import AnalysisError
 from netgain.analysis.stats import interval
+from netgain.contract.report import Comparison, Ratios, RunReport
 
 # A number standing alone in a description ("rate=200.0", "seed=0"), not part of a word or path
 _NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])")
@@ -115,10 +116,10 @@ def maintainability(treat: dict[str, Any], base: dict[str, Any]) -> list[str]:
     ]
 
 
-def effective_cost(r: dict[str, Any]) -> float | None:
+def effective_cost(r: RunReport) -> float | None:
     """Cost per 1k under the autoscaling replay (cold start and idle included), else steady."""
-    auto = (r.get("cost") or {}).get("autoscale") or {}
-    return auto.get("cost_per_1k") if auto.get("cost_per_1k") is not None else r.get("cost_per_1k")
+    auto = r["cost"]["autoscale"] or {}
+    return auto.get("cost_per_1k") if auto.get("cost_per_1k") is not None else r["cost_per_1k"]
 
 
 def _autoscaled_draws(res: RunResult) -> np.ndarray | None:
@@ -129,8 +130,8 @@ def _autoscaled_draws(res: RunResult) -> np.ndarray | None:
     are cached by them: a few distinct replays, not one per draw.
     """
     r = res.report
-    auto = (r.get("cost") or {}).get("autoscale") or {}
-    price = (r.get("cost") or {}).get("price_per_hour")
+    auto = r["cost"]["autoscale"] or {}
+    price = r["cost"]["price_per_hour"]
     if auto.get("cost_per_1k") is None or price is None or len(res.thr_draws) == 0:
         return None
     if not str(auto.get("capacity_source", "")).startswith("this run"):
@@ -168,7 +169,7 @@ def _autoscaled_ratio_ci(base: RunResult, treat: RunResult) -> list[float] | Non
     return _ratio_ci(td, bd)
 
 
-def _priced_ratio_ci(ratios: dict[str, Any], value: float | None) -> tuple[list[float] | None, str]:
+def _priced_ratio_ci(ratios: Ratios, value: float | None) -> tuple[list[float] | None, str]:
     """95 % interval of the priced (autoscaled) cost ratio: from its own capacity draws when a side's
     capacity is this run's throughput; else (capacities from sweeps, taken as exact) the steady
     ratio's relative interval, the throughputs' noise, applied to the priced ratio."""
@@ -181,9 +182,9 @@ def _priced_ratio_ci(ratios: dict[str, Any], value: float | None) -> tuple[list[
     return [value * sci[0] / steady, value * sci[1] / steady], "(the steady ratio's relative interval)"
 
 
-def _capacity(r: dict[str, Any]) -> float | None:
+def _capacity(r: RunReport) -> float | None:
     """The replica capacity the side was priced at (a sweep, --capacity-rps, or its own run)."""
-    return ((r.get("cost") or {}).get("autoscale") or {}).get("capacity_rps")
+    return (r["cost"]["autoscale"] or {}).get("capacity_rps")
 
 
 def _side_cost_range(rate: float, cap: dict[str, Any], price: float) -> tuple[float, float] | None:
@@ -235,12 +236,12 @@ def compare(
     slo_p99_ms: float | None,
     diffs: list[str],
     capacities: dict[str, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+) -> Comparison:
     b, t = base.report, treat.report
-    bp = (b.get("cost") or {}).get("price_per_hour")
-    tp = (t.get("cost") or {}).get("price_per_hour")
+    bp = b["cost"]["price_per_hour"]
+    tp = t["cost"]["price_per_hour"]
     price_ratio = tp / bp if tp is not None and bp else None
-    ratios: dict[str, Any] = {
+    ratios: Ratios = {
         "p99": {
             "value": _div(t["latency_ms"]["p99"], b["latency_ms"]["p99"]),
             "ci": _ratio_ci(treat.p99_draws, base.p99_draws),
@@ -269,22 +270,22 @@ def compare(
             inconclusive.append(f"{name} run is INVALID ({'; '.join(r['invalid_reasons'])}): not evidence")
     cb, ct = effective_cost(b), effective_cost(t)
     caps = capacities or {}
-    devices = {n: str(r.get("device") or "?") for n, r in (("baseline", b), ("treatment", t))}
+    devices = {n: str(r["device"] or "?") for n, r in (("baseline", b), ("treatment", t))}
     floored = [n for n in ("baseline", "treatment") if (caps.get(n) or {}).get("reached_floor")]
     for name, r, c in (("baseline", b, cb), ("treatment", t, ct)):
         if c is None and name in floored:
             continue  # a side that meets the SLO at no rate is the answer below, not a gap
         if c is None:
-            note = (r.get("cost") or {}).get("capacity_note") or (r.get("cost") or {}).get("note")
+            note = r["cost"]["capacity_note"] or r["cost"]["note"]
             inconclusive.append(
                 f"{name}'s cost at the SLO is unknown: {note or 'no capacity at the SLO'}"
-                if (r.get("cost") or {}).get("price_per_hour") is not None
+                if r["cost"]["price_per_hour"] is not None
                 else f"{name}'s cost per 1k is unknown: pass --price-per-hour and --baseline-price-per-hour"
             )
     cost_ratio = _div(ct, cb)
     cost_ci, ci_source = _priced_ratio_ci(ratios, cost_ratio)
     precision = None
-    rate = float(t.get("offered_rps") or 0.0)
+    rate = float(t["offered_rps"] or 0.0)
     bracket = bracket_ratio(rate, caps, (bp, tp)) if capacities else None
     if bracket is not None and cost_ratio is not None:  # the capacities' brackets, not run noise
         steady, (lo, hi) = bracket
@@ -328,13 +329,13 @@ def compare(
                 if precision is not None
                 else "the difference is within the noise of the throughput measurements"
             )
-            duration = (t.get("config") or {}).get("duration_s")
+            duration = t["config"]["duration_s"]
             inconclusive.append(
                 f"the cost ratio's interval [{cost_ci[0]:.3f}, {cost_ci[1]:.3f}] ({ci_source}) straddles 1: "
                 f"{what}; {_separate(ct / cb, cost_ci, precision, duration)}"
             )
     tp99, bp99 = t["latency_ms"]["p99"], b["latency_ms"]["p99"]
-    b_hi = (b.get("latency_ci_ms") or {}).get("p99")
+    b_hi = b["latency_ci_ms"]["p99"]
     allowed = (
         max(x for x in (slo_p99_ms, b_hi[1] if b_hi else bp99, bp99) if x is not None)
         if bp99 is not None
@@ -353,7 +354,7 @@ def compare(
             f"treatment p99 {tp99:.3f} ms > allowed {allowed:.3f} ms "
             f"(max of SLO {slo_p99_ms} and baseline p99 upper CI)"
         )
-    auto_t = (t.get("cost") or {}).get("autoscale") or {}
+    auto_t = t["cost"]["autoscale"] or {}
     if auto_t.get("slo_violation_s"):
         reasons.append(
             f"treatment under autoscaling misses capacity for {auto_t['slo_violation_s']:g} s "
@@ -364,7 +365,7 @@ def compare(
     outcome = "inconclusive" if inconclusive else ("net_gain" if ok else "no_net_gain")
     reasons = [f"INCONCLUSIVE: {x}" for x in inconclusive] + reasons
     tmeta = dict(treat.meta)
-    tmeta["_cold_start_s"] = t.get("cold_start_s")
+    tmeta["_cold_start_s"] = t["cold_start_s"]
     return {
         "baseline": b,
         "treatment": t,

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import re
 from html import escape
-from typing import Any
 
 from netgain.analysis.render_text import dominant_words, headline, render_markdown
 from netgain.analysis.tail import TAIL_PHASES
 from netgain.charts import svg
+from netgain.contract.report import Report, RunReport
 
 
-def _sides(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _sides(r: Report) -> dict[str, RunReport]:
     return {"baseline": r["baseline"], "treatment": r["treatment"]} if r.get("comparison") else {"run": r}
 
 
-def cdf_plot(r: dict[str, Any]) -> str:
+def cdf_plot(r: Report) -> str:
     series = {
         f"{name} ({s.get('device')})": [[v, q] for q, v in s["series"]["latency_cdf"]]
         for name, s in _sides(r).items()
@@ -25,7 +25,7 @@ def cdf_plot(r: dict[str, Any]) -> str:
     )
 
 
-def phase_plot(s: dict[str, Any], name: str) -> str:
+def phase_plot(s: RunReport, name: str) -> str:
     t = (s.get("tail") or {}).get("p99") or {}
     ph = t.get("phases") or {}
     cats = [p for p in TAIL_PHASES if p in ph]
@@ -55,7 +55,7 @@ def util_label(key: str) -> str:
     return UTIL_WORDS.get(key, key)
 
 
-def util_plot(s: dict[str, Any], name: str) -> str:
+def util_plot(s: RunReport, name: str) -> str:
     util = (s.get("series") or {}).get("utilization") or {}
     ratios = {util_label(k): v for k, v in util.items() if not k.startswith("queue_depth")}
     return svg.line_chart(
@@ -63,13 +63,13 @@ def util_plot(s: dict[str, Any], name: str) -> str:
     )
 
 
-def queue_plot(s: dict[str, Any], name: str) -> str:
+def queue_plot(s: RunReport, name: str) -> str:
     util = (s.get("series") or {}).get("utilization") or {}
     q = {k: v for k, v in util.items() if k.startswith("queue_depth")}
     return svg.line_chart(q, f"{name}: queue depth", "seconds since run epoch", "requests")
 
 
-def cost_plot(r: dict[str, Any]) -> str:
+def cost_plot(r: Report) -> str:
     sides = _sides(r)
     cats = list(sides)
     return svg.bar_chart(
@@ -85,7 +85,7 @@ def cost_plot(r: dict[str, Any]) -> str:
     )
 
 
-def autoscale_plot(s: dict[str, Any], name: str) -> str:
+def autoscale_plot(s: RunReport, name: str) -> str:
     auto = (s.get("cost") or {}).get("autoscale") or {}
     if not auto:
         return svg.empty(f"{name}: autoscaling replay")
@@ -103,7 +103,7 @@ def autoscale_plot(s: dict[str, Any], name: str) -> str:
     )
 
 
-def cold_plot(r: dict[str, Any]) -> str:
+def cold_plot(r: Report) -> str:
     rows = {}
     for name, s in _sides(r).items():
         rows[f"{name} ({s.get('device')})"] = [
@@ -118,7 +118,7 @@ def cold_plot(r: dict[str, Any]) -> str:
     return svg.timeline(rows, "Cold start timeline")
 
 
-def sweep_plots(s: dict[str, Any], name: str) -> list[str]:
+def sweep_plots(s: RunReport, name: str) -> list[str]:
     sweep = s.get("sweep")
     if not sweep:
         return []
@@ -196,7 +196,7 @@ def _table_html(lines: list[str]) -> str:
     return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def verdict_html(r: dict[str, Any]) -> str:
+def verdict_html(r: Report) -> str:
     """The headline (verdict, its reasons, the run's validity) as a box coloured by the outcome."""
     outcome = ""
     if r.get("comparison"):
@@ -216,7 +216,7 @@ def verdict_html(r: dict[str, Any]) -> str:
     return f"<div class='verdict {outcome}'>" + "".join(out) + "</div>"
 
 
-def _blocks(md: str, r: dict[str, Any] | None) -> list[str]:
+def _blocks(md: str, r: Report | None) -> list[str]:
     out: list[str] = []
     lines = md.splitlines()
     head = headline(r) if r is not None else None
@@ -258,22 +258,23 @@ def _blocks(md: str, r: dict[str, Any] | None) -> list[str]:
     return out
 
 
-def markdown_html(md: str, r: dict[str, Any] | None = None) -> str:
+def markdown_html(md: str, r: Report | None = None) -> str:
     """HTML for render_text's Markdown; with the report ``r``, its fenced headline becomes the
     verdict box (``verdict_html``)."""
     return "\n".join(_blocks(md, r))
 
 
-def render_html(r: dict[str, Any]) -> str:
+def render_html(r: Report) -> str:
     figs = [cdf_plot(r), cost_plot(r), cold_plot(r)]
     for name, s in _sides(r).items():
         figs += [phase_plot(s, name), util_plot(s, name), queue_plot(s, name), autoscale_plot(s, name)]
         figs += sweep_plots(s, name)
     # -- netgain compare's crossover (netgain/analysis/crossover.py): one figure after the cost bars --
-    if r.get("crossover"):
+    cross = r.get("crossover")
+    if cross:
         from netgain.analysis.crossover import figure
 
-        figs.insert(2, figure(r["crossover"]))
+        figs.insert(2, figure(cross))
     # -- end of the crossover --
     blocks = _blocks(render_markdown(r), r)
     # the charts come right after the verdict box

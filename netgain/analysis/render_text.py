@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from netgain.analysis.tail import CLIENT_PHASES
+from netgain.contract.report import Bottleneck, Report, RunReport
 
 OUTCOME_WORDS = {"net_gain": "NET GAIN", "no_net_gain": "NO NET GAIN", "inconclusive": "INCONCLUSIVE"}
 
@@ -27,7 +29,7 @@ def ci(c: Any, digits: int = 3) -> str:
     return f"[{num(c[0], digits)}, {num(c[1], digits)}]" if c else "n/a"
 
 
-def headline(r: dict[str, Any]) -> list[str]:
+def headline(r: Report) -> list[str]:
     """Verdict (or validity) first: the one line a user reads."""
     lines = []
     if r.get("comparison"):
@@ -48,7 +50,7 @@ def headline(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-def bottleneck_words(b: dict[str, Any]) -> str:
+def bottleneck_words(b: Bottleneck | dict[str, Any]) -> str:
     """Every kind that applies with its next action: ``upstream-bound (interpreter): more processes ...``."""
     kinds = b.get("kinds") or [b]
     words = "; and ".join(
@@ -84,7 +86,7 @@ def server_line(c: dict[str, Any] | None) -> str:
     )
 
 
-def run_lines(r: dict[str, Any], label: str = "") -> list[str]:
+def run_lines(r: RunReport, label: str = "") -> list[str]:
     lat, lag = r["latency_ms"], r["send_lag_ms"]
     cost = r.get("cost") or {}
     auto = cost.get("autoscale") or {}
@@ -120,7 +122,7 @@ def run_lines(r: dict[str, Any], label: str = "") -> list[str]:
     ]
 
 
-def terminal(r: dict[str, Any]) -> str:
+def terminal(r: Report) -> str:
     lines = headline(r)
     if r.get("comparison"):
         lines += run_lines(r["baseline"], "baseline")
@@ -146,7 +148,7 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
     return [*out, ""]
 
 
-def run_markdown(r: dict[str, Any], title: str) -> list[str]:
+def run_markdown(r: RunReport, title: str) -> list[str]:
     lat = r["latency_ms"]
     md = [
         f"## {title}",
@@ -200,9 +202,10 @@ def run_markdown(r: dict[str, Any], title: str) -> list[str]:
                 [[s, v["n"], str(v["dominant"])] for s, v in by.items()],
             )
     md += ["### Bottleneck evidence", ""]
-    for k in r["bottleneck"].get("kinds") or [r["bottleneck"]]:
-        md += [f"**{k['kind']}**" + (f" — next: {k['action']}" if k.get("action") else ""), ""]
-        md += [f"- {e}" for e in k["evidence"]] + [""]
+    kinds: list[Mapping[str, Any]] = [*r["bottleneck"]["kinds"]] or [r["bottleneck"]]
+    for kind in kinds:
+        md += [f"**{kind['kind']}**" + (f" — next: {kind['action']}" if kind.get("action") else ""), ""]
+        md += [f"- {e}" for e in kind["evidence"]] + [""]
     cost = r.get("cost") or {}
     auto = cost.get("autoscale") or {}
     md += [
@@ -225,7 +228,7 @@ def run_markdown(r: dict[str, Any], title: str) -> list[str]:
     return [*md, ""]
 
 
-def render_markdown(r: dict[str, Any]) -> str:
+def render_markdown(r: Report) -> str:
     md = ["# netgain report", "", "```", *headline(r), "```", ""]
     if r.get("comparison"):
         md += ["## Ratios (treatment / baseline)", ""]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from netgain.analysis import comparison as cmp
 from netgain.analysis.cost import capacity_from_points
 from netgain.analysis.run_summary import analyze
 from netgain.analysis.rundir import AnalysisError, load_meta
 from netgain.contract import rundir as files
+from netgain.contract.report import Report, RunReport
 
 
 def sweep_points(
@@ -76,7 +77,7 @@ def build_report(
     capacities: dict[str, dict[str, Any]] | None = None,
     min_replicas: int = 1,
     scale_down_after_s: float = 60.0,
-) -> dict[str, Any]:
+) -> Report:
     """The full report for ``run_dir`` (the treatment when ``baseline_dir`` is given).
 
     ``capacity_rps``/``baseline_capacity_rps``: each side's capacity at the SLO when found elsewhere
@@ -114,7 +115,8 @@ def build_report(
     treat = analyze(
         run_dir, price_per_hour=price_per_hour, span_log=span_log, seed=seed, capacity_rps=cap, **common
     )
-    report: dict[str, Any] = dict(treat.report)
+    # the run's keys, then the report's in their written order: "comparison" last, set below
+    report = cast(Report, dict(treat.report))
     report["slo_p99_ms"] = slo
     report["failed_headline"] = failed_headline(report)
     if sweep is not None:
@@ -142,15 +144,15 @@ def build_report(
     return report
 
 
-def failed_headline(r: dict[str, Any]) -> str:
+def failed_headline(r: RunReport) -> str:
     """The headline's words for the measured requests that failed ("" when none did): "TARGET WENT
     AWAY" when a tenth or more were UNAVAILABLE (the server died, refused or was unreachable), as
     ``netgain load``'s last line says; "REQUESTS FAILED" for other failures. From ``errors`` and
     ``counts.measured``, which hold the numbers."""
-    errors = {str(k): int(v) for k, v in (r.get("errors") or {}).items()}
-    if r.get("interrupted"):  # the Ctrl-C's own: cut off after the drain, or never sent
+    errors = {str(k): int(v) for k, v in (r["errors"] or {}).items()}
+    if r["interrupted"]:  # the Ctrl-C's own: cut off after the drain, or never sent
         errors = {k: v for k, v in errors.items() if k not in ("CANCELLED", "NOT_SENT")}
-    measured = int((r.get("counts") or {}).get("measured") or 0)
+    measured = int(r["counts"]["measured"] or 0)
     n = sum(errors.values())
     if not n or not measured:
         return ""
@@ -185,11 +187,11 @@ def clean(o: Any) -> Any:
     return o
 
 
-def to_json(report: dict[str, Any]) -> str:
+def to_json(report: Report) -> str:
     return files.encode_report(clean(report), default=_json_default)
 
 
-def write_outputs(report: dict[str, Any], run_dir: str | Path) -> list[Path]:
+def write_outputs(report: Report, run_dir: str | Path) -> list[Path]:
     """Write report.json, report.md and report.html into ``run_dir``; return their paths."""
     from netgain.analysis.render_html import render_html
     from netgain.analysis.render_text import render_markdown

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from netgain.analysis.rundir import (
 )
 from netgain.analysis.tail import BAND, attribute, phase_matrix
 from netgain.contract.phases import PHASES
+from netgain.contract.report import Drift, LatencyCi, LatencyMs, Quantiles, RunConfig, RunReport
 from netgain.contract.rundir import DEFAULT_MAX_SEND_LAG_MS, SCHEMA_VERSION
 
 PLOT_METRICS = (
@@ -35,7 +36,7 @@ PLOT_METRICS = (
 
 @dataclass
 class RunResult:
-    report: dict[str, Any]
+    report: RunReport
     p99_draws: np.ndarray = field(default_factory=lambda: np.empty(0))
     thr_draws: np.ndarray = field(default_factory=lambda: np.empty(0))
     meta: dict[str, Any] = field(default_factory=dict)
@@ -408,7 +409,7 @@ def analyze(
     _warn_enough(fig.enough, warnings)
     st, latency, send_lag, thr = fig.statuses, fig.latency, fig.send_lag, fig.throughput
     p99_draws, thr_draws = fig.p99_draws, fig.thr_draws
-    latency_ci = {"p99": stats.interval(p99_draws), "draws": len(p99_draws), "confidence": 0.95}
+    latency_ci: LatencyCi = {"p99": stats.interval(p99_draws), "draws": len(p99_draws), "confidence": 0.95}
     valid, reasons = _validity(meta, send_lag, st["dropped"])
     slo_held = _slo_held(slo, latency["p99"], cfg.get("max_error_rate"), st["error_rate"], warnings)
     missed = None if slo_held is not False else _missed(latency["p99"], slo or 0.0)
@@ -432,14 +433,14 @@ def analyze(
     _warn_drift(fig.drift, warnings)
     warnings.extend(fig.gaps)
 
-    report: dict[str, Any] = {
+    report: RunReport = {
         "schema": SCHEMA_VERSION,
         "run_dir": str(run_dir),
         "run_id": meta.get("run_id"),
         "device": res["device"],
         "model": (meta.get("server") or {}).get("model"),
         "server_config": server_config(meta) if server_measured(meta) else None,
-        "latency_ms": latency,
+        "latency_ms": cast(LatencyMs, latency),
         "latency_ci_ms": latency_ci,
         "enough_samples": fig.enough,
         "service_ms": fig.service,
@@ -450,7 +451,7 @@ def analyze(
         "batch_size_mean": fig.batch_size_mean,
         "statuses": st["statuses"],
         "error_rate": st["error_rate"],
-        "send_lag_ms": send_lag,
+        "send_lag_ms": cast(Quantiles, send_lag),
         "phases_ms": fig.phases_ms,
         "tail": fig.tail,
         "gpu": res["gpu"],
@@ -475,12 +476,13 @@ def analyze(
             "dropped": st["dropped"],
             "warmup": fig.warmup,
         },
-        "drift": fig.drift,
+        "drift": cast(Drift, fig.drift),
         "attribution_gaps": fig.gaps,
         "join": fig.join or None,
-        "config": {
-            k: cfg.get(k) for k in ("arrival", "rate", "duration_s", "warmup_s", "mode", "max_send_lag_ms")
-        },
+        "config": cast(
+            RunConfig,
+            {k: cfg.get(k) for k in ("arrival", "rate", "duration_s", "warmup_s", "mode", "max_send_lag_ms")},
+        ),
         "trace": meta.get("trace") or {},
         "versions": meta.get("versions") or {},
         "series": {"latency_cdf": fig.latency_cdf, "utilization": bn.timeseries(res["series"], PLOT_METRICS)},

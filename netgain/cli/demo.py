@@ -113,18 +113,18 @@ def run(args: argparse.Namespace) -> int:
 def measured(args: argparse.Namespace) -> str:
     """The demo's closing lines: what it measured (from report.json) and the command that answers
     the CPU-vs-GPU question."""
-    from netgain.contract import rundir as files
+    from netgain.contract.report import read_report
 
-    r = files.read_report(args.out)
-    lat, cost = r.get("latency_ms") or {}, r.get("cost_per_1k")
+    r = read_report(args.out)
+    lat, cost = r["latency_ms"], r["cost_per_1k"]
     size = " (size 96)" if args.model == "image" and not args.handler_option else ""
-    p99 = f"p99 {lat['p99']:.1f} ms" if lat.get("p99") is not None else "no successful request"
+    p99 = f"p99 {lat['p99']:.1f} ms" if lat["p99"] is not None else "no successful request"
     price = f"${cost:.4f} per 1,000 at ${args.price_per_hour:g}/h" if cost is not None else "cost unknown"
     return (
-        f"netgain demo: measured {args.model}{size} on {r.get('device') or args.device}: "
-        f"{r.get('offered_rps') or 0:.1f} req/s offered, {r.get('throughput_rps') or 0:.1f}/s completed, "
+        f"netgain demo: measured {args.model}{size} on {r['device'] or args.device}: "
+        f"{r['offered_rps'] or 0:.1f} req/s offered, {r['throughput_rps'] or 0:.1f}/s completed, "
         f"{p99} (SLO {args.slo_p99_ms:g} ms), {price}, "
-        f"run {'VALID' if r.get('valid') else 'INVALID'}; files in {args.out}/ (report.html to view)\n"
+        f"run {'VALID' if r['valid'] else 'INVALID'}; files in {args.out}/ (report.html to view)\n"
         "netgain demo: that is one side on this machine. For the CPU-vs-GPU verdict, on a host with a "
         "GPU run:\n  "
         + COMPARE.format(model=args.model, rate=args.rate, slo=args.slo_p99_ms, price=args.price_per_hour)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from netgain.cli.args import CliError, flag
+from netgain.contract.report import Report
 
 FORMATS = ("text", "json", "markdown", "html")
 
@@ -81,9 +83,13 @@ def run(args: argparse.Namespace) -> int:
             f"missing one ({type(exc).__name__}: {exc}); is it a run directory `netgain load` wrote?"
         ) from None
     paths = write_outputs(report, args.run_dir)
-    render = {"text": terminal, "json": to_json, "markdown": render_markdown, "html": render_html}[
-        args.format
-    ]
+    renderers: dict[str, Callable[[Report], str]] = {
+        "text": terminal,
+        "json": to_json,
+        "markdown": render_markdown,
+        "html": render_html,
+    }
+    render = renderers[args.format]
     sys.stdout.write(render(report))
     if args.format == "text":
         sys.stdout.write("wrote " + ", ".join(str(p) for p in paths) + "\n")

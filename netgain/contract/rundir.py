@@ -1,6 +1,6 @@
 """The run directory (docs/run-directory.md): its file names, its schema version, and writing and
 reading its JSON documents, ``meta.json`` (by ``netgain load``) and ``report.json`` (by
-``netgain report``), with the version checked on read.
+``netgain report``; its type and reader: ``netgain.contract.report``), the version checked on read.
 
 The version covers the whole directory: a reader that accepts ``meta.json`` reads the tables
 (``requests.parquet``, ``samples.parquet``) by the columns of ``netgain.contract.records``.
@@ -92,7 +92,8 @@ def write_report(
     return path
 
 
-def _read(run_dir: str | Path, name: str, writer: str) -> dict[str, Any]:
+def read_json(run_dir: str | Path, name: str, writer: str) -> dict[str, Any]:
+    """``RUN_DIR/name`` as a JSON object of this schema version (``writer`` names what writes it)."""
     run = Path(run_dir)
     if not run.is_dir():
         raise RunDirError(
@@ -118,10 +119,4 @@ def _read(run_dir: str | Path, name: str, writer: str) -> dict[str, Any]:
 def read_meta(run_dir: str | Path) -> dict[str, Any]:
     """``RUN_DIR/meta.json``; RunDirError when it is missing or unreadable, SchemaVersionError when
     it is of another schema version."""
-    return _read(run_dir, META, "netgain load")
-
-
-def read_report(run_dir: str | Path) -> dict[str, Any]:
-    """``RUN_DIR/report.json``; RunDirError when it is missing or unreadable, SchemaVersionError
-    when it is of another schema version."""
-    return _read(run_dir, REPORT, "netgain report")
+    return read_json(run_dir, META, "netgain load")

@@ -6,6 +6,7 @@ import json
 import os
 from typing import Any
 
+from netgain.contract.report import Report
 from netgain.experiments import capacity
 
 
@@ -33,7 +34,7 @@ def searched(sides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]] | No
     return {n: dict(sides[n]["capacity"]) for n in ("baseline", "treatment")}
 
 
-def price_trace(cfg: Any, sides: dict[str, dict[str, Any]], rep: dict[str, Any]) -> dict[str, Any]:
+def price_trace(cfg: Any, sides: dict[str, dict[str, Any]], rep: Report) -> dict[str, Any]:
     """The trace priced per side at its searched capacity: a fleet sized for the trace's peak, and one
     following its per-second rate, each scale-up paying the cold start its cold run measured."""
     from netgain.analysis.pricing import fleets
@@ -41,8 +42,8 @@ def price_trace(cfg: Any, sides: dict[str, dict[str, Any]], rep: dict[str, Any])
     rates = next(
         (
             a["rate_rps"]
-            for r in (rep, rep.get("baseline") or {})
-            if (a := (r.get("cost") or {}).get("autoscale") or {}).get("rate_rps")
+            for r in (rep, *([rep["baseline"]] if "baseline" in rep else []))
+            if (a := r["cost"]["autoscale"] or {}).get("rate_rps")
         ),
         None,
     )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netgain.contract import rundir as files
+from netgain.contract.report import Report
 from netgain.errors import NetgainError
 from netgain.experiments import capacity
 from netgain.experiments.compare_price import describe, price_trace, searched
@@ -416,7 +417,7 @@ def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dic
     return out, rows
 
 
-def crossover_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]], rep: dict[str, Any]) -> dict[str, Any]:
+def crossover_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]], rep: Report) -> dict[str, Any]:
     """Cost per 1k at the SLO against the rate, each side at the capacity its search (or sweep)
     measured (with its tuned configuration when given), and the rate where the treatment starts to win."""
     from netgain.analysis.crossover import crossover, from_capacities

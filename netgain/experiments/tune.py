@@ -21,14 +21,13 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
+from netgain.contract.report import TUNE_SCHEMA, BestConfig, Report, TunedConfig, TuneResult, read_report
 from netgain.errors import NetgainError
 from netgain.experiments.capacity import Capacity, Trial
 from netgain.experiments.capacity import search as capacity_search
 from netgain.experiments.orchestrate import Placement, pinned
-
-TUNE_SCHEMA = 1
 
 
 @dataclass
@@ -114,7 +113,7 @@ def load_and_report(
     connections: int,
     seed: int,
     cpus: Sequence[int] | None = None,
-) -> dict[str, Any] | None:
+) -> Report | None:
     """One open-loop Poisson ``netgain load`` run into ``out`` and its ``netgain report``; the report's
     dict, or None when no report came out."""
     load = [
@@ -131,34 +130,31 @@ def load_and_report(
         preexec_fn=pinned(cpus),
     )
     subprocess.run(_netgain("report", out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    rep_path = os.path.join(out, "report.json")
-    if not os.path.exists(rep_path):
+    if not os.path.exists(os.path.join(out, "report.json")):
         return None
-    with open(rep_path) as fh:
-        rep: dict[str, Any] = json.load(fh)
-    return rep
+    return read_report(out)
 
 
-def trial(rep: dict[str, Any] | None, rate: float, slo_p99_ms: float, max_error_ratio: float) -> Trial:
+def trial(rep: Report | None, rate: float, slo_p99_ms: float, max_error_ratio: float) -> Trial:
     """A run's figures and whether it held: valid, p99 within the SLO, errors at most the ratio."""
     if rep is None:
         return Trial(rate, 0.0, float("nan"), float("nan"), 0, 1.0, False, "no report", False)
-    lat = rep.get("latency_ms") or {}
-    errors = rep.get("errors") or {}
-    n_err = int(sum(errors.values())) if isinstance(errors, dict) else 0
-    ratio = float(rep.get("error_rate") or 0.0)
-    p99 = float(lat.get("p99", float("nan")))
-    valid = bool(rep.get("valid", False))
+    lat = rep["latency_ms"]
+    n_err = int(sum(rep["errors"].values()))
+    ratio = float(rep["error_rate"] or 0.0)
+    # no successful request: no quantile (null in report.json), a trial that does not hold
+    p99 = float("nan") if lat["p99"] is None else float(lat["p99"])
+    valid = bool(rep["valid"])
     held = valid and p99 <= slo_p99_ms and ratio <= max_error_ratio
     return Trial(
         rate,
-        float(rep.get("throughput_rps", 0.0)),
-        float(lat.get("p50", float("nan"))),
+        float(rep["throughput_rps"]),
+        float("nan") if lat["p50"] is None else float(lat["p50"]),
         p99,
         n_err,
         ratio,
         valid,
-        str((rep.get("bottleneck") or {}).get("kind", "")),
+        str(rep["bottleneck"]["kind"]),
         held,
     )
 
@@ -246,29 +242,31 @@ def best(results: Sequence[Result]) -> Result | None:
 
 def write(cfg: TuneConfig, results: Sequence[Result]) -> str:
     top = best(results)
-    doc = {
+    doc: TuneResult = {
         "schema": TUNE_SCHEMA,
         "model": cfg.model,
         "device": cfg.device,
         "slo_p99_ms": cfg.slo_p99_ms,
         "configs": [
-            {
-                **asdict(r.knobs),
-                "serve_args": r.knobs.serve_args(),
-                "capacity_rps": r.capacity,
-                "bracket": r.bracket.to_dict() if r.bracket else None,
-                "error": r.error,
-                "trials": [asdict(t) for t in r.trials],
-            }
+            cast(
+                TunedConfig,
+                {
+                    **asdict(r.knobs),
+                    "serve_args": r.knobs.serve_args(),
+                    "capacity_rps": r.capacity,
+                    "bracket": r.bracket.to_dict() if r.bracket else None,
+                    "error": r.error,
+                    "trials": [asdict(t) for t in r.trials],
+                },
+            )
             for r in results
         ],
         "best": None
         if top is None
-        else {
-            **asdict(top.knobs),
-            "serve_args": top.knobs.serve_args(),
-            "capacity_rps": top.capacity,
-        },
+        else cast(
+            BestConfig,
+            {**asdict(top.knobs), "serve_args": top.knobs.serve_args(), "capacity_rps": top.capacity},
+        ),
     }
     path = os.path.join(cfg.out, "tune.json")
     tmp = path + ".tmp"
