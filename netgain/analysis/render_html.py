@@ -17,7 +17,7 @@ def _sides(r: Report) -> dict[str, RunReport]:
 
 def cdf_plot(r: Report) -> str:
     series = {
-        f"{name} ({s.get('device')})": [[v, q] for q, v in s["series"]["latency_cdf"]]
+        f"{name} ({s['device']})": [[v, q] for q, v in s["series"]["latency_cdf"]]
         for name, s in _sides(r).items()
     }
     return svg.line_chart(
@@ -26,7 +26,7 @@ def cdf_plot(r: Report) -> str:
 
 
 def phase_plot(s: RunReport, name: str) -> str:
-    t = (s.get("tail") or {}).get("p99") or {}
+    t = (s["tail"] or {}).get("p99") or {}
     ph = t.get("phases") or {}
     cats = [p for p in TAIL_PHASES if p in ph]
     return svg.bar_chart(
@@ -56,7 +56,7 @@ def util_label(key: str) -> str:
 
 
 def util_plot(s: RunReport, name: str) -> str:
-    util = (s.get("series") or {}).get("utilization") or {}
+    util = (s["series"] or {}).get("utilization") or {}
     ratios = {util_label(k): v for k, v in util.items() if not k.startswith("queue_depth")}
     return svg.line_chart(
         ratios, f"{name}: GPU / CPU utilization", "seconds since run epoch", "ratio (CPU: cores)"
@@ -64,7 +64,7 @@ def util_plot(s: RunReport, name: str) -> str:
 
 
 def queue_plot(s: RunReport, name: str) -> str:
-    util = (s.get("series") or {}).get("utilization") or {}
+    util = (s["series"] or {}).get("utilization") or {}
     q = {k: v for k, v in util.items() if k.startswith("queue_depth")}
     return svg.line_chart(q, f"{name}: queue depth", "seconds since run epoch", "requests")
 
@@ -75,9 +75,9 @@ def cost_plot(r: Report) -> str:
     return svg.bar_chart(
         cats,
         {
-            "steady at SLO": [s.get("cost_per_1k") for s in sides.values()],
+            "steady at SLO": [s["cost_per_1k"] for s in sides.values()],
             "autoscaled (cold start + idle)": [
-                ((s.get("cost") or {}).get("autoscale") or {}).get("cost_per_1k") for s in sides.values()
+                ((s["cost"] or {}).get("autoscale") or {}).get("cost_per_1k") for s in sides.values()
             ],
         },
         "Cost per 1,000 successful inferences",
@@ -86,7 +86,7 @@ def cost_plot(r: Report) -> str:
 
 
 def autoscale_plot(s: RunReport, name: str) -> str:
-    auto = (s.get("cost") or {}).get("autoscale") or {}
+    auto = (s["cost"] or {}).get("autoscale") or {}
     if not auto:
         return svg.empty(f"{name}: autoscaling replay")
     cap = auto["capacity_rps"]
@@ -106,13 +106,13 @@ def autoscale_plot(s: RunReport, name: str) -> str:
 def cold_plot(r: Report) -> str:
     rows = {}
     for name, s in _sides(r).items():
-        rows[f"{name} ({s.get('device')})"] = [
+        rows[f"{name} ({s['device']})"] = [
             (
                 str(p.get("name")),
                 float(p.get("at_s", 0)) - float(p.get("duration_s", 0)),
                 float(p.get("duration_s", 0)),
             )
-            for p in s.get("cold_start") or []
+            for p in s["cold_start"] or []
             if isinstance(p, dict)
         ]
     return svg.timeline(rows, "Cold start timeline")
@@ -283,7 +283,7 @@ def render_html(r: Report) -> str:
     )
     figures = "<h2>Charts</h2><div class='figs'>" + "".join(f"<figure>{f}</figure>" for f in figs) + "</div>"
     title = "netgain report" + (
-        f": {r['treatment'].get('device')} vs {r['baseline'].get('device')}" if r.get("comparison") else ""
+        f": {r['treatment']['device']} vs {r['baseline']['device']}" if r.get("comparison") else ""
     )
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"

@@ -41,10 +41,10 @@ def headline(r: Report) -> list[str]:
         )
         lines += [f"  - {x}" for x in v["reasons"]]
     failed = r.get("failed_headline") or ""
-    partial = "PARTIAL RUN (interrupted), " if r.get("interrupted") else ""
+    partial = "PARTIAL RUN (interrupted), " if r["interrupted"] else ""
     lines.append(
         f"RUN: {partial}{'VALID' if r['valid'] else 'INVALID'}"
-        + ("" if r["valid"] else " - " + "; ".join(r.get("invalid_reasons") or []))
+        + ("" if r["valid"] else " - " + "; ".join(r["invalid_reasons"] or []))
         + (f" - {failed}" if failed else "")
     )
     return lines
@@ -88,28 +88,28 @@ def server_line(c: dict[str, Any] | None) -> str:
 
 def run_lines(r: RunReport, label: str = "") -> list[str]:
     lat, lag = r["latency_ms"], r["send_lag_ms"]
-    cost = r.get("cost") or {}
+    cost = r["cost"] or {}
     auto = cost.get("autoscale") or {}
-    tail = r.get("tail") or {}
+    tail = r["tail"] or {}
     p99t = tail.get("p99") or {}
     dom = p99t.get("dominant")
     dom_x = ((p99t.get("phases") or {}).get(dom) or {}).get("excess_ms") if dom else None
     pre = f"{label}: " if label else ""
     return [
-        f"{pre}device {r.get('device')}, model {r.get('model')}, {r['counts']['measured']} measured requests "
+        f"{pre}device {r['device']}, model {r['model']}, {r['counts']['measured']} measured requests "
         f"over {num(r['window_s']['duration'], 1)} s",
-        server_line(r.get("server_config")),
+        server_line(r["server_config"]),
         f"  latency ms  p50 {num(lat['p50'])}  p90 {num(lat['p90'])}  p95 {num(lat['p95'])}  "
         f"p99 {num(lat['p99'])} "
-        f"{ci((r.get('latency_ci_ms') or {}).get('p99'))}  p99.9 {num(lat['p999'])}  max {num(lat['max'])}",
-        f"  throughput {num(r['throughput_rps'], 2)} ok/s completed {ci(r.get('throughput_ci_rps'), 2)} "
-        f"(offered {num(r.get('offered_rps'), 2)}/s), "
-        f"error rate {num(r.get('error_rate'), 4)}, errors {r['errors'] or 'none'}",
+        f"{ci((r['latency_ci_ms'] or {}).get('p99'))}  p99.9 {num(lat['p999'])}  max {num(lat['max'])}",
+        f"  throughput {num(r['throughput_rps'], 2)} ok/s completed {ci(r['throughput_ci_rps'], 2)} "
+        f"(offered {num(r['offered_rps'], 2)}/s), "
+        f"error rate {num(r['error_rate'], 4)}, errors {r['errors'] or 'none'}",
         f"  send lag ms p99 {num(lag['p99'])} max {num(lag['max'])}",
         f"  tail (>= p99): dominant phase {dominant_words(p99t)}"
         + (f" (+{num(dom_x)} ms over the median request)" if dom else ""),
         f"  bottleneck: {bottleneck_words(r['bottleneck'])}",
-        f"  cost per 1k: {num(r.get('cost_per_1k'), 6)} (price/h {num(cost.get('price_per_hour'))}, "
+        f"  cost per 1k: {num(r['cost_per_1k'], 6)} (price/h {num(cost.get('price_per_hour'))}, "
         f"SLO p99 {num(cost.get('slo_p99_ms'))} ms held: {num(cost.get('slo_held'))})"
         + (
             f"; autoscaled {num(auto.get('cost_per_1k'), 6)}, "
@@ -118,7 +118,7 @@ def run_lines(r: RunReport, label: str = "") -> list[str]:
             if auto
             else ""
         ),
-        f"  cold start {num(r.get('cold_start_s'))} s",
+        f"  cold start {num(r['cold_start_s'])} s",
     ]
 
 
@@ -137,7 +137,7 @@ def terminal(r: Report) -> str:
         lines += run_lines(r)
     for e in r["bottleneck"]["evidence"]:
         lines.append(f"  evidence: {e}")
-    lines += [f"warning: {w}" for w in r.get("warnings") or []]
+    lines += [f"warning: {w}" for w in r["warnings"] or []]
     return "\n".join(lines) + "\n"
 
 
@@ -153,8 +153,8 @@ def run_markdown(r: RunReport, title: str) -> list[str]:
     md = [
         f"## {title}",
         "",
-        f"Run `{r.get('run_dir')}` on **{r.get('device')}**, "
-        f"{'PARTIAL RUN (interrupted), ' if r.get('interrupted') else ''}"
+        f"Run `{r['run_dir']}` on **{r['device']}**, "
+        f"{'PARTIAL RUN (interrupted), ' if r['interrupted'] else ''}"
         f"{'VALID' if r['valid'] else 'INVALID'}, bottleneck **{bottleneck_words(r['bottleneck'])}**.",
         "",
     ]
@@ -167,11 +167,11 @@ def run_markdown(r: RunReport, title: str) -> list[str]:
         ],
     )
     md.append(
-        f"p99 95% CI {ci((r.get('latency_ci_ms') or {}).get('p99'))} ms; throughput "
-        f"{num(r['throughput_rps'], 2)} ok/s, 95% CI {ci(r.get('throughput_ci_rps'), 2)}; error rate "
-        f"{num(r.get('error_rate'), 4)}; statuses {r.get('statuses')}."
+        f"p99 95% CI {ci((r['latency_ci_ms'] or {}).get('p99'))} ms; throughput "
+        f"{num(r['throughput_rps'], 2)} ok/s, 95% CI {ci(r['throughput_ci_rps'], 2)}; error rate "
+        f"{num(r['error_rate'], 4)}; statuses {r['statuses']}."
     )
-    for k, e in (r.get("enough_samples") or {}).items():
+    for k, e in (r["enough_samples"] or {}).items():
         md.append(
             f"- {k}: {e['n']} samples, {e['samples_above']} above it; 95% upper bound "
             f"{num(e['upper_bound_ms'])} ms ({'enough' if e['enough'] else 'NOT enough'}, "
@@ -186,7 +186,7 @@ def run_markdown(r: RunReport, title: str) -> list[str]:
         ],
     )
     for key in ("p99", "p999"):
-        t = (r.get("tail") or {}).get(key) or {}
+        t = (r["tail"] or {}).get(key) or {}
         md += [f"### Tail >= {key} ({t.get('n', 0)} requests): dominant **{dominant_words(t)}**", ""]
         md += _table(
             ["phase", "tail mean", "median mean", "excess", "share"],
@@ -206,12 +206,12 @@ def run_markdown(r: RunReport, title: str) -> list[str]:
     for kind in kinds:
         md += [f"**{kind['kind']}**" + (f" — next: {kind['action']}" if kind.get("action") else ""), ""]
         md += [f"- {e}" for e in kind["evidence"]] + [""]
-    cost = r.get("cost") or {}
+    cost = r["cost"] or {}
     auto = cost.get("autoscale") or {}
     md += [
         "### Cost",
         "",
-        f"- cost per 1k at SLO: {num(r.get('cost_per_1k'), 6)} "
+        f"- cost per 1k at SLO: {num(r['cost_per_1k'], 6)} "
         f"(measured throughput: {num(cost.get('cost_per_1k_measured'), 6)})"
         + (f"; {cost['note']}" if cost.get("note") else ""),
     ]
@@ -224,7 +224,7 @@ def run_markdown(r: RunReport, title: str) -> list[str]:
             f"{num(auto['slo_violation_s'], 0)} s short of capacity, cost per 1k "
             f"{num(auto['cost_per_1k'], 6)}"
         )
-    md.append(f"- cold start: {num(r.get('cold_start_s'))} s")
+    md.append(f"- cold start: {num(r['cold_start_s'])} s")
     return [*md, ""]
 
 
@@ -263,6 +263,6 @@ def render_markdown(r: Report) -> str:
                 for p in sweep["points"]
             ],
         )
-    if r.get("warnings"):
+    if r["warnings"]:
         md += ["## Warnings", ""] + [f"- {w}" for w in r["warnings"]]
     return "\n".join(md) + "\n"
