@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from netgain.cli.args import CliError, flag
+from netgain.contract.report import Report
 
 
 def _ints(raw: str, what: str) -> list[int]:
@@ -301,13 +302,13 @@ def run_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_compare(reports: dict[str, Any], rows: list[list[Any]], out: str) -> None:
+def print_compare(reports: dict[str, Report], rows: list[list[Any]], out: str) -> None:
     for label in ("warm", "cold"):
-        v = reports[label].get("verdict") or {}
-        outcome = v.get("outcome") or ("net_gain" if v.get("net_gain") else "no_net_gain")
+        v = reports[label]["verdict"]  # netgain compare's reports are comparisons
+        outcome = v["outcome"] or ("net_gain" if v["net_gain"] else "no_net_gain")
         answer = {"net_gain": "YES", "no_net_gain": "NO"}.get(outcome, "INCONCLUSIVE")
         print(f"{label.upper()}: net gain {answer}")
-        for reason in v.get("reasons", []):
+        for reason in v["reasons"]:
             print(f"  - {reason}")
     cross = reports["warm"].get("crossover")
     caps = reports["warm"].get("compare", {}).get("capacity") or {}

@@ -348,7 +348,9 @@ def best_batch(cfg: CompareConfig, warm_runs: dict[int, str]) -> int:
     return max(meeting) if meeting else min(valid, key=lambda b: valid[b])
 
 
-def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], list[list[Any]]]:
+def summarize(
+    cfg: CompareConfig, sides: dict[str, dict[str, Any]]
+) -> tuple[dict[str, Report], list[list[Any]]]:
     from netgain.analysis import build_report, write_outputs
 
     rows: list[list[Any]] = []
@@ -361,7 +363,7 @@ def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dic
                 rep = build_report(
                     run_dir, price_per_hour=side.price_per_hour, slo_p99_ms=cfg.slo_p99_ms, bootstrap=0
                 )
-                cost = rep.get("cost_per_1k")
+                cost = rep["cost_per_1k"]
                 rows.append(
                     [
                         name,
@@ -378,7 +380,7 @@ def summarize(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> tuple[dic
                     ]
                 )
     base, treat = sides["baseline"], sides["treatment"]
-    out: dict[str, Any] = {}
+    out: dict[str, Report] = {}
     cross: dict[str, Any] | None = None
     trace_cost: dict[str, Any] | None = None
     limits = limits_of(cfg, sides)  # from the rate sweeps: the same for both reports
