@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from html import escape
+from typing import Any, cast
 
 from netgain.analysis.render_text import dominant_words, headline, render_markdown
 from netgain.analysis.tail import TAIL_PHASES
@@ -122,7 +123,8 @@ def sweep_plots(s: RunReport, name: str) -> list[str]:
     sweep = s.get("sweep")
     if not sweep:
         return []
-    pts = sorted(sweep["points"], key=lambda p: p["offered_rps"] or 0)
+    # a point's p99 is null where no request succeeded: the chart takes it as it is
+    pts = sorted(cast(list[dict[str, Any]], sweep["points"]), key=lambda p: p["offered_rps"] or 0)
     out = [
         svg.line_chart(
             {"p99": [[p["offered_rps"], p["p99_ms"]] for p in pts]},

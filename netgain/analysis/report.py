@@ -11,14 +11,14 @@ from netgain.analysis.cost import capacity_from_points
 from netgain.analysis.run_summary import analyze
 from netgain.analysis.rundir import AnalysisError, load_meta
 from netgain.contract import rundir as files
-from netgain.contract.report import Report, RunReport
+from netgain.contract.report import Report, RunReport, Sweep, SweepPoint
 
 
 def sweep_points(
     run_dirs: list[str | Path], *, slo_p99_ms: float | None = None, warmup_s: float | None = None
-) -> list[dict[str, Any]]:
+) -> list[SweepPoint]:
     """One summary point per run of a rate (or batch-size) sweep."""
-    points = []
+    points: list[SweepPoint] = []
     for d in run_dirs:
         r = analyze(d, slo_p99_ms=slo_p99_ms, warmup_s=warmup_s, bootstrap=0).report
         points.append(
@@ -42,7 +42,7 @@ def capacity_at_slo(
     slo_p99_ms: float | None = None,
     max_error_rate: float | None = None,
     warmup_s: float | None = None,
-) -> dict[str, Any]:
+) -> Sweep:
     """Per-replica capacity at the SLO from several runs at different rates: the best valid throughput."""
     if not run_dirs:
         raise AnalysisError("capacity at SLO needs at least one run directory")
@@ -53,9 +53,9 @@ def capacity_at_slo(
         # the same SLO as a single run's: p99 and, when configured, the error rate
         max_error_rate = cfg.get("max_error_rate")
     points = sweep_points(run_dirs, slo_p99_ms=slo_p99_ms, warmup_s=warmup_s)
-    out = capacity_from_points(points, slo_p99_ms, max_error_rate)
+    out = capacity_from_points(cast(list[dict[str, Any]], points), slo_p99_ms, max_error_rate)
     out["points"] = points
-    return out
+    return cast(Sweep, out)
 
 
 def build_report(
@@ -104,7 +104,7 @@ def build_report(
     if slo is None and bmeta is not None:
         slo = (bmeta.get("config") or {}).get("slo_p99_ms")
     sweep = capacity_at_slo(sweep_dirs, slo_p99_ms=slo, warmup_s=warmup_s) if sweep_dirs else None
-    cap = capacity_rps or (sweep or {}).get("capacity_rps")
+    cap = capacity_rps or (sweep["capacity_rps"] if sweep else None)
     common: dict[str, Any] = {
         "slo_p99_ms": slo,
         "warmup_s": warmup_s,
@@ -131,7 +131,7 @@ def build_report(
             baseline_dir,
             price_per_hour=baseline_price_per_hour,
             seed=seed + 1,
-            capacity_rps=baseline_capacity_rps or (bsweep or {}).get("capacity_rps"),
+            capacity_rps=baseline_capacity_rps or (bsweep["capacity_rps"] if bsweep else None),
             **common,
         )
         if bsweep is not None:

@@ -96,6 +96,30 @@ class RunConfig(TypedDict):
     max_send_lag_ms: Any
 
 
+class SweepPoint(TypedDict):
+    """One run of a rate (or batch-size) sweep."""
+
+    run_dir: str
+    offered_rps: float
+    throughput_rps: float
+    p99_ms: float | None
+    error_rate: float | None
+    valid: bool
+    batch_size_mean: float | None
+    device: str
+
+
+class Sweep(TypedDict):
+    """A sweep's capacity at the SLO: its best valid throughput (``capacity_at_slo``)."""
+
+    capacity_rps: float | None
+    from_run: str | None
+    slo_p99_ms: float | None
+    runs: int
+    runs_meeting_slo: int
+    points: list[SweepPoint]
+
+
 class RunReport(TypedDict):
     """One run's section: the whole of a single run's report before the report-level keys, and a
     comparison's ``baseline``/``treatment``. Open maps: ``errors``/``statuses`` (per status),
@@ -143,8 +167,8 @@ class RunReport(TypedDict):
     trace: dict[str, Any]
     versions: dict[str, Any]
     series: dict[str, Any]
-    #: the rate sweep's capacity at the SLO (``capacity_at_slo``), with ``--sweep``
-    sweep: NotRequired[dict[str, Any]]
+    #: the rate sweep's capacity at the SLO, with ``--sweep``
+    sweep: NotRequired[Sweep]
 
 
 class Ratio(TypedDict):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netgain.contract import rundir as files
-from netgain.contract.report import Report
+from netgain.contract.report import Report, Sweep
 from netgain.errors import NetgainError
 from netgain.experiments import capacity
 from netgain.experiments.compare_price import describe, price_trace, searched
@@ -426,7 +426,7 @@ def crossover_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]], rep: Repo
 
     per_side: dict[str, dict[str, Any]] = {}
     for name, side in (("baseline", cfg.baseline), ("treatment", cfg.treatment)):
-        sweep = (rep["baseline"] if name == "baseline" else rep).get("sweep") or {}
+        sweep: Sweep | dict[str, Any] = (rep["baseline"] if name == "baseline" else rep).get("sweep") or {}
         per_side[name] = {
             "device": side.device,
             "price_per_hour": side.price_per_hour,
