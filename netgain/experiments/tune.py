@@ -114,8 +114,8 @@ def load_and_report(
     seed: int,
     cpus: Sequence[int] | None = None,
 ) -> Report | None:
-    """One open-loop Poisson ``netgain load`` run into ``out`` and its ``netgain report``; the report's
-    dict, or None when no report came out."""
+    """One open-loop Poisson ``netgain load`` run into ``out`` and its ``netgain report``; the report
+    (read with its schema and keys checked), or None when no report came out."""
     load = [
         "load", "--target", target, "--arrival", "poisson", "--rate", f"{rate:.3f}",
         "--duration", f"{duration_s:g}", "--warmup-s", f"{warmup_s:g}",
