@@ -22,6 +22,15 @@ CLIENT_PHASES = ("send_lag",)
 BAND = (0.45, 0.55)
 
 
+def batch_entry(r: dict[str, Any]) -> dict[str, Any]:
+    """One batch size's line of the tail attribution: its count, dominant phase and excess per phase."""
+    return {
+        "n": r["n"],
+        "dominant": r["dominant"],
+        "excess_ms": {p: v["excess_ms"] for p, v in r["phases"].items()},
+    }
+
+
 def phase_matrix(
     phases: dict[str, np.ndarray],
     server_total_ms: np.ndarray,
@@ -134,11 +143,7 @@ def attribute(
             # the typical request of the same batch size, so batch-level costs do not masquerade as tail
             band_s = band & of_size
             r = _attribute(cols, latency, tail_s, band_s if band_s.any() else band)
-            per_batch[str(int(s))] = {
-                "n": r["n"],
-                "dominant": r["dominant"],
-                "excess_ms": {p: v["excess_ms"] for p, v in r["phases"].items()},
-            }
+            per_batch[str(int(s))] = batch_entry(r)
         res["by_batch_size"] = per_batch
         out[name] = res
     out["dominant"] = out.get("p99", {}).get("dominant")
@@ -224,11 +229,7 @@ class TailSums:
             for s in sizes:
                 band_key = ("band", s) if ("band", s) in self.acc else ("band", None)
                 r = self._attr((name, s), band_key)
-                per_batch[str(int(s))] = {
-                    "n": r["n"],
-                    "dominant": r["dominant"],
-                    "excess_ms": {p: v["excess_ms"] for p, v in r["phases"].items()},
-                }
+                per_batch[str(int(s))] = batch_entry(r)
             res["by_batch_size"] = per_batch
             out[name] = res
         out["dominant"] = out.get("p99", {}).get("dominant")
