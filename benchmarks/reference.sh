@@ -12,7 +12,7 @@ DEV=${TREATMENT_DEVICE:-cuda}
 mkdir -p "$REF" "$OUT"
 archive() {  # after each step, so a cut-off run still returns what it finished
   (cd "$REF" && find . \( -name 'report.*' -path '*compare-*' \) -o -name 'drill.json' -o -name 'profile-summary.*' \
-     -o -name '*.txt' -o -name 'trace-*' | tar czf "$OUT/reference.tgz" -T -)
+     -o -name '*.txt' -o -name 'trace-*' -o -name 'server.log' | tar czf "$OUT/reference.tgz" -T -)
 }
 # Defaults only: model, prices, SLO. DURATION/SWEEP shorten the runs (say so beside the figures).
 common=(--cpu-price-per-hour 0.68 --gpu-price-per-hour 3.50 --slo-p99-ms 100 --treatment-device "$DEV")

@@ -228,10 +228,13 @@ def test_compare_searches_both_capacities_below_the_default_rate_and_answers(tmp
     assert res.returncode == 0, res.stderr[-3000:]
     assert "a capacity search of ~" in res.stderr and "expect ~" in res.stderr
     rep = json.loads((out / "compare-warm" / "report.json").read_text())
+    base_cap = rep["compare"]["capacity"]["baseline"]
     for side in ("baseline", "treatment"):
         cap = rep["compare"]["capacity"][side]
         assert cap["known"] and not cap["unbounded"], cap
-        assert (out / side / "search" / "b1" / "r50" / "meta.json").exists()  # the default rate, tried first
+        # the baseline starts at the default rate, the treatment where the baseline's search ended
+        first = 50 if side == "baseline" or base_cap["last_held"] is None else base_cap["last_held"]
+        assert (out / side / "search" / "b1" / f"r{first:.6g}" / "meta.json").exists()
         if not cap["reached_floor"]:
             held, missed = cap["last_held"], cap["first_missed"]
             assert 2 <= held < missed <= 50 and (missed - held) / held <= 0.5

@@ -292,10 +292,11 @@ def run_compare(args: argparse.Namespace) -> int:
         flush=True,
     )
     progress = Progress(2 * (runs + steps), estimate=not rates)
-    sides = {
-        "baseline": run_side(cfg, cfg.baseline, progress),
-        "treatment": run_side(cfg, cfg.treatment, progress),
-    }
+    baseline = run_side(cfg, cfg.baseline, progress)
+    # Unless --start-rps says otherwise, the treatment's search starts where the baseline's ended:
+    # the question is which side holds more, and doubling up from the default rate costs runs.
+    held = baseline.get("capacity", {}).get("last_held") if args.start_rps is None else None
+    sides = {"baseline": baseline, "treatment": run_side(cfg, cfg.treatment, progress, held)}
     reports, rows = summarize(cfg, sides)
     print_compare(reports, rows, cfg.out)
     print(placement.describe())

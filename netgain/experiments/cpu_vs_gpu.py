@@ -13,6 +13,7 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -82,6 +83,12 @@ class Progress:
     def step(self, label: str) -> None:
         self.done += 1
         self.total = max(self.total, self.done)
+        elapsed = time.monotonic() - self.started
+        total = f"~{self.total}" if self.estimate else str(self.total)
+        print(f"[{self.done}/{total} {elapsed:6.0f}s] {label}", file=sys.stderr, flush=True)
+
+    def note(self, label: str) -> None:
+        """A line between steps (a step repeated), not counted as one."""
         elapsed = time.monotonic() - self.started
         total = f"~{self.total}" if self.estimate else str(self.total)
         print(f"[{self.done}/{total} {elapsed:6.0f}s] {label}", file=sys.stderr, flush=True)
@@ -173,8 +180,11 @@ def _recorded_device(run_dir: str) -> str | None:
     return str(device) if device else None
 
 
-def run_side(cfg: CompareConfig, side: Side, progress: Progress) -> dict[str, Any]:
-    """All runs of one side; returns {"batches": {b: {...paths}}, "best_batch": b, "sweep": [dirs]}."""
+def run_side(
+    cfg: CompareConfig, side: Side, progress: Progress, start: float | None = None
+) -> dict[str, Any]:
+    """All runs of one side; returns {"batches": {b: {...paths}}, "best_batch": b, "sweep": [dirs]}.
+    ``start``: the capacity search's first rate, when not ``cfg.start_rps``."""
     root = side.from_dir or os.path.join(cfg.out, side.name)
     if side.from_dir:
         # Imported runs say where they ran: label them with that, not with --treatment-device.
@@ -213,7 +223,7 @@ def run_side(cfg: CompareConfig, side: Side, progress: Progress) -> dict[str, An
                 progress.step(f"{side.name} {side.device} batch {b} {label}: p99 {_p99(run_dir):.2f} ms")
     result["best_batch"] = best_batch(cfg, {b: r["warm"] for b, r in result["batches"].items()})
     if not cfg.rates:
-        return search_side(cfg, side, result, progress)
+        return search_side(cfg, side, result, progress, start)
     b = result["best_batch"]
     sweep = [os.path.join(root, "sweep", f"b{b}-r{r:g}") for r in cfg.rates]
     result["sweep"] = sweep
@@ -266,7 +276,9 @@ def step_dir(root: str, batch: int, rate: float) -> str:
     return os.path.join(root, "search", f"b{batch}", f"r{rate:.6g}")
 
 
-def search_side(cfg: CompareConfig, side: Side, result: dict[str, Any], progress: Progress) -> dict[str, Any]:
+def search_side(
+    cfg: CompareConfig, side: Side, result: dict[str, Any], progress: Progress, start: float | None = None
+) -> dict[str, Any]:
     """The capacity search at the side's chosen batch size; each step a sweep run (reused when present).
     With runs recorded elsewhere (``from_dir``) the bracket is read from the steps found there."""
     root, b = result["root"], result["best_batch"]
@@ -309,6 +321,15 @@ def search_side(cfg: CompareConfig, side: Side, result: dict[str, Any], progress
             if not reused:
                 _sweep_load(cfg, side, target(), run_dir, rate)
             t = _trial(cfg, run_dir, rate)
+            if not reused and not t.valid and not t.p99 > cfg.slo_p99_ms:
+                # an invalid run that met the SLO says nothing about the server: run it once more
+                kept = os.path.join(os.path.dirname(run_dir), "invalid", os.path.basename(run_dir))
+                shutil.rmtree(kept, ignore_errors=True)
+                os.makedirs(os.path.dirname(kept), exist_ok=True)
+                os.rename(run_dir, kept)
+                progress.note(f"{head} at {rate:.4g} req/s: invalid run (send lag), repeated once")
+                _sweep_load(cfg, side, target(), run_dir, rate)
+                t = _trial(cfg, run_dir, rate)
             dirs.append((rate, run_dir))
             word = "held" if t.held else "missed"
             progress.step(
@@ -319,7 +340,7 @@ def search_side(cfg: CompareConfig, side: Side, result: dict[str, Any], progress
 
         with stack:
             cap = capacity.search(
-                run, cfg.start_rps, floor=cfg.min_rps, ceiling=cfg.max_rps, precision=cfg.precision
+                run, start or cfg.start_rps, floor=cfg.min_rps, ceiling=cfg.max_rps, precision=cfg.precision
             ).capacity
     result["sweep"] = [d for _, d in dirs]
     result["sweep_rates"] = [r for r, _ in dirs]
