@@ -213,12 +213,15 @@ def run(args: argparse.Namespace) -> int:
     cold = ColdStart()
     cold.mark("process_start", entered)
     cfg = config_from_args(args)
-    import torch  # noqa: F401 - imported here so the "imports" phase includes it
+    import torch  # imported here so the "imports" phase includes it
 
     from netgain.server.app import run_server
     from netgain.server.handlers.check import check_handler
 
     cold.mark("imports")
+    # The check below runs torch ops: with one thread they start no OpenMP pool, which a forked
+    # --workers process would inherit without its threads and deadlock in (each layout sets its own).
+    torch.set_num_threads(1)
     try:  # a handler that cannot serve is said in one line, before any server process starts
         check_handler(cfg.model, cfg.handler_options, cfg.seed)
     except ValueError as exc:
