@@ -281,3 +281,12 @@ def test_a_second_server_on_a_served_port_fails_in_one_line(start_server: Any, w
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and f"--port {s.grpc_port}" in lines[0] and "already in use" in lines[0], lines
     assert os.path.exists(f"/proc/{s.pid}")
+
+
+def test_a_cpu_device_process_with_several_threads_serves_full_size_images(start_server: Any) -> None:
+    """The device process runs the model on several OpenMP threads: nothing the supervisor ran
+    before forking (the handler check, the item sizing) may leave it a thread pool without threads,
+    which deadlocked the first full-size batch and the server never became SERVING."""
+    s = start_server("--model", "image", "--workers", "2", "--intra-op-threads", "4", "--max-batch-size", "4")
+    results = burst(s.target, "image", 2, 2)
+    assert len(results) == 4 and all(isinstance(r, pb.InferResponse) for r, _ in results), results[:1]
