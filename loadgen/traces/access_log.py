@@ -120,7 +120,7 @@ def _read_jsonl_log(p: Path, columns: list[str]) -> pa.Table:
     return pa.table({c: pa.array(v, type=pa.string()) for c, v in values.items()})
 
 
-def _iso_ns(col: pa.ChunkedArray, field: str, fail: Fail) -> np.ndarray:
+def _iso_ns(col: pa.ChunkedArray, field: str, fail: Fail, hint: str = "; set --time-format") -> np.ndarray:
     for typ in (pa.timestamp("ns", tz="UTC"), pa.timestamp("ns")):
         try:
             return np.asarray(
@@ -136,7 +136,7 @@ def _iso_ns(col: pa.ChunkedArray, field: str, fail: Fail) -> np.ndarray:
             raise fail(
                 i,
                 field,
-                f"{raw!r} is not an ISO-8601 time (e.g. 2024-05-01T12:00:00.250Z); set --time-format",
+                f"{raw!r} is not an ISO-8601 time (e.g. 2024-05-01T12:00:00.250Z){hint}",
             ) from None
         if ts.tzinfo is None:
             ts = ts.replace(tzinfo=UTC)
@@ -145,8 +145,11 @@ def _iso_ns(col: pa.ChunkedArray, field: str, fail: Fail) -> np.ndarray:
     return out
 
 
-def _times_s(col: pa.ChunkedArray, field: str, time_format: str, fail: Fail) -> np.ndarray:
-    """Seconds relative to the earliest time (precision kept by subtracting in integer ns)."""
+def times_s(
+    col: pa.ChunkedArray, field: str, time_format: str, fail: Fail, hint: str = "; set --time-format"
+) -> np.ndarray:
+    """Seconds relative to the earliest time (precision kept by subtracting in integer ns);
+    ``hint`` ends the message of a time that is not ISO-8601."""
     if col.null_count:
         i = int(np.argmax(np.asarray(pc.is_null(col).to_numpy(zero_copy_only=False))))
         raise fail(i, field, "missing timestamp")
@@ -168,7 +171,7 @@ def _times_s(col: pa.ChunkedArray, field: str, time_format: str, fail: Fail) -> 
         ns = np.asarray(pc.cast(parsed, pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
         return (ns - ns.min()).astype(np.float64) / 1e9
     if time_format == "iso":
-        ns = _iso_ns(col, field, fail)
+        ns = _iso_ns(col, field, fail, hint)
         return (ns - ns.min()).astype(np.float64) / 1e9
     ints: np.ndarray | None = None
     with contextlib.suppress(pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -189,8 +192,8 @@ def _times_s(col: pa.ChunkedArray, field: str, time_format: str, fail: Fail) -> 
         unit = "ns" if ref > 1e17 else "us" if ref > 1e14 else "ms" if ref > 1e11 else "s"
     per_ns = _UNIT_NS[unit]
     if ints is not None:
-        return (ints - ints.min()).astype(np.float64) * (per_ns / 1e9)
-    return (floats - floats.min()) * (per_ns / 1e9)
+        return (ints - ints.min()).astype(np.float64) * per_ns / 1e9  # 5999 ms -> 5.999, exactly
+    return (floats - floats.min()) * per_ns / 1e9
 
 
 def _defaulted(col: pa.ChunkedArray, default: str) -> pa.ChunkedArray:
@@ -232,7 +235,7 @@ def import_access_log(
     n = table.num_rows
     if n == 0:
         return Trace(np.zeros(0), np.zeros(0), np.zeros(0), source=f"access-log:{p} time={time_column}")
-    t = _times_s(table.column(time_column), time_column, time_format, fail)
+    t = times_s(table.column(time_column), time_column, time_format, fail)
     size = (
         whole_numbers(_defaulted(table.column(size_column), "0"), size_column, "size", fail)
         if size_column

@@ -11,7 +11,7 @@ import csv
 import json
 import os
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -185,18 +185,26 @@ def table_to_trace(
     return Trace(t, size, items, source=source)
 
 
+# kind -> (lowest, highest, unit in messages) of a column of whole numbers.
+WHOLE_KINDS = {
+    "size": (0, 2.0**62, "bytes"),
+    "items": (1, float(np.iinfo(np.int32).max), "items per request"),
+    "tokens": (0, 2.0**53, "tokens"),
+    "invocations": (0, 2.0**53, "invocations"),
+}
+
+
 def whole_numbers(
     col: pa.ChunkedArray | pa.Array, field: str, kind: str, fail: Callable[[int, str, str], TraceError]
 ) -> np.ndarray:
-    """A column of payload sizes (``kind`` "size", whole bytes >= 0) or items (whole, >= 1) as int64."""
+    """A column of whole numbers as int64: ``kind`` "size" (bytes >= 0), "items" (>= 1), "tokens"
+    or "invocations" (>= 0); the first bad value raises via ``fail``."""
     v = column_floats(col, field, fail)
-    lo, hi, unit = (
-        (0, 2.0**62, "bytes") if kind == "size" else (1, np.iinfo(np.int32).max, "items per request")
-    )
+    lo, hi, unit = WHOLE_KINDS[kind]
     bad = ~np.isfinite(v) | (v < lo) | (v > hi) | (v != np.floor(v))
     if bad.any():
         i = int(np.argmax(bad))
-        raise fail(i, field, f"{num(v[i])} is not valid: need a whole number of {unit} >= {lo}")
+        raise fail(i, field, f"{num(v[i])} is not valid: need a whole number of {unit} >= {num(lo)}")
     return v.astype(np.int64)
 
 
@@ -321,7 +329,7 @@ def _read_jsonl_slow(p: Path) -> pa.Table:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = json.loads(line.rstrip("\r\n"))  # a column past the end, not "column 1"
             except json.JSONDecodeError as exc:
                 raise TraceError(
                     f"not valid JSON: {exc.msg} (column {exc.colno})", path=str(p), line=lineno
@@ -352,10 +360,37 @@ def _read_parquet(p: Path) -> tuple[pa.Table, Locator]:
 # ---------------------------------------------------------------------------------------- writing
 
 
-def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
-    """Write ``trace`` as CSV, JSON lines or Parquet (by extension), atomically."""
+def _extra_columns(trace: Trace, extra: Mapping[str, pa.Array] | None) -> dict[str, pa.Array]:
+    """Columns written beside t/size/items (readers ignore them): one value per request."""
+    out: dict[str, pa.Array] = {}
+    for name, col in (extra or {}).items():
+        if name in (*TIME_NAMES, *FIELDS):
+            raise ValueError(f"extra column {name!r} would shadow a trace column")
+        if len(col) != len(trace):
+            raise ValueError(f"extra column {name!r} has {len(col)} values for {len(trace)} requests")
+        out[name] = col
+    return out
+
+
+def _csv_cell(col: pa.Array) -> pa.Array:
+    """A column CSV can hold: lists become space-separated values."""
+    if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+        return pc.binary_join(pc.cast(col, pa.list_(pa.string())), " ")
+    return col
+
+
+def write_trace(
+    trace: Trace, path: str | os.PathLike[str], extra: Mapping[str, pa.Array] | None = None
+) -> None:
+    """Write ``trace`` as CSV, JSON lines or Parquet (by extension), atomically.
+
+    ``extra``: more columns, in trace order, written after ``t, size, items`` (what an imported
+    trace kept of its source, such as token counts); readers ignore them and the digest leaves
+    them out. In CSV a list value is written as its items separated by spaces.
+    """
     p = Path(path)
     fmt = trace_format(p)
+    more = _extra_columns(trace, extra)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
     table = pa.table(
@@ -363,17 +398,28 @@ def write_trace(trace: Trace, path: str | os.PathLike[str]) -> None:
             "t": pa.array(trace.t_s, type=pa.float64()),
             "size": pa.array(trace.size, type=pa.int64()),
             "items": pa.array(trace.items, type=pa.int32()),
+            **more,
         }
     )
     try:
         if fmt == "csv":
             with tmp.open("wb") as f:
-                f.write(b"t,size,items\n")
-                pacsv.write_csv(table, f, pacsv.WriteOptions(include_header=False, quoting_style="none"))
+                f.write((",".join(table.column_names) + "\n").encode())
+                if more:  # strings may hold commas: quoted
+                    table = pa.table({n: _csv_cell(table.column(n)) for n in table.column_names})
+                quoting = "needed" if more else "none"
+                pacsv.write_csv(table, f, pacsv.WriteOptions(include_header=False, quoting_style=quoting))
         elif fmt == "jsonl":
             with tmp.open("w", encoding="utf-8") as f:
                 rows = zip(trace.t_s.tolist(), trace.size.tolist(), trace.items.tolist(), strict=True)
-                f.writelines(f'{{"t":{t!r},"size":{s},"items":{i}}}\n' for t, s, i in rows)
+                if not more:
+                    f.writelines(f'{{"t":{t!r},"size":{s},"items":{i}}}\n' for t, s, i in rows)
+                else:
+                    cells = [[f',"{n}":{json.dumps(v)}' for v in c.to_pylist()] for n, c in more.items()]
+                    f.writelines(
+                        f'{{"t":{t!r},"size":{s},"items":{i}{"".join(c[k] for c in cells)}}}\n'
+                        for k, (t, s, i) in enumerate(rows)
+                    )
         else:
             table = table.replace_schema_metadata(
                 {"netgain.source": trace.source, "netgain.digest": trace.digest()}

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from netgain.cli.args import CliError, flag
+
+# The parser is built without pyarrow (a bare install): the names and the default are repeated
+# from netgain.loadgen.traces.public, and tests/test_traces_public.py checks that they agree.
+PUBLIC_FORMATS = ("azure-llm-2023", "azure-llm-2024", "azure-functions-2019", "mooncake", "burstgpt")
+BYTES_PER_TOKEN = 4.0
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -51,14 +57,32 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     flag(s, "--out", required=True, help="trace file to write (.csv, .jsonl, .parquet)")
     s.set_defaults(func=cmd_synth)
 
-    i = acts.add_parser("import", help="make a trace from an access log (CSV/TSV or JSON lines)")
-    i.add_argument("log", help="access log file")
-    flag(
-        i, "--time-column", required=True, help="column (JSON: field, nested as a.b) holding the request time"
+    i = acts.add_parser(
+        "import",
+        help="make a trace from an access log (CSV/TSV or JSON lines) or a public trace (--format)",
     )
-    flag(i, "--size-column", help="column holding the payload size in bytes")
-    flag(i, "--items-column", help="column holding items per request")
-    flag(i, "--time-format", default="auto", help="auto, s, ms, us, ns, iso, or a strptime pattern")
+    i.add_argument("log", help="access log file, or a public trace's file with --format")
+    _format_flag(i)
+    flag(i, "--time-column", help="access log: column (JSON: field, nested as a.b) holding the request time")
+    flag(i, "--size-column", help="access log: column holding the payload size in bytes")
+    flag(i, "--items-column", help="access log: column holding items per request")
+    flag(i, "--time-format", help="access log: auto, s, ms, us, ns, iso, or a strptime pattern; default auto")
+    flag(
+        i,
+        "--bytes-per-token",
+        type=float,
+        help=f"token traces: payload bytes per input token (0 = the model's default size); "
+        f"default {BYTES_PER_TOKEN:g}",
+    )
+    flag(
+        i,
+        "--spread",
+        choices=["uniform", "even"],
+        help="azure-functions-2019: place each minute's invocations uniformly at random (seeded) "
+        "or evenly; default uniform",
+    )
+    flag(i, "--seed", type=int, help="azure-functions-2019 --spread uniform: random seed; default 0")
+    flag(i, "--trigger", help="azure-functions-2019: only these trigger groups, e.g. http,queue")
     flag(i, "--out", required=True, help="trace file to write (.csv, .jsonl, .parquet)")
     i.set_defaults(func=cmd_import)
 
@@ -127,20 +151,81 @@ def cmd_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _format_flag(p: argparse.ArgumentParser) -> None:
+    """``--format NAME``: read from NETGAIN_TRACE_IMPORT_FORMAT, not NETGAIN_FORMAT (which is
+    `report --format`'s: one variable, one meaning)."""
+    env = "NETGAIN_TRACE_IMPORT_FORMAT"
+    names = ", ".join(PUBLIC_FORMATS)
+    p.add_argument(
+        "--format",
+        default=os.environ.get(env),
+        choices=list(PUBLIC_FORMATS),
+        metavar="NAME",
+        help=f"a public production trace by name: {names} (docs/traces.md) [env {env}]",
+    )
+
+
+ACCESS_LOG_FLAGS = ("time_column", "size_column", "items_column", "time_format")
+FUNCTIONS_FLAGS = ("spread", "seed", "trigger")
+
+
+def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
+    return ["--" + n.replace("_", "-") for n in names if getattr(args, n, None) is not None]
+
+
 def cmd_import(args: argparse.Namespace) -> int:
     from netgain.loadgen.traces import import_access_log, write_trace
 
+    if args.format:
+        return _import_public(args)
+    given = _given(args, ("bytes_per_token", *FUNCTIONS_FLAGS))
+    if given:
+        raise CliError(f"{given[0]} is for a public trace: give --format NAME ({', '.join(PUBLIC_FORMATS)})")
+    if not args.time_column:
+        raise CliError(
+            "give --time-column C (an access log) or --format NAME (a public trace: "
+            f"{', '.join(PUBLIC_FORMATS)})"
+        )
     trace = import_access_log(
         args.log,
         time_column=args.time_column,
         size_column=args.size_column,
         items_column=args.items_column,
-        time_format=args.time_format,
+        time_format=args.time_format or "auto",
     )
     if not len(trace):
         raise CliError(f"{args.log}: the log has no requests")
     write_trace(trace, args.out)
     _wrote(args.out, trace)
+    return 0
+
+
+def _import_public(args: argparse.Namespace) -> int:
+    from netgain.loadgen.traces import import_public, write_trace
+    from netgain.loadgen.traces.public import TOKEN_FORMATS
+
+    given = _given(args, ACCESS_LOG_FLAGS)
+    if given:
+        raise CliError(f"{given[0]} is for an access log; --format {args.format} reads its own columns")
+    wrong = (
+        _given(args, FUNCTIONS_FLAGS) if args.format in TOKEN_FORMATS else _given(args, ("bytes_per_token",))
+    )
+    if wrong:
+        raise CliError(f"{wrong[0]} does not apply to --format {args.format}")
+    triggers = [t.strip() for t in (args.trigger or "").split(",") if t.strip()]
+    imported = import_public(
+        args.log,
+        args.format,
+        bytes_per_token=BYTES_PER_TOKEN if args.bytes_per_token is None else args.bytes_per_token,
+        spread=args.spread or "uniform",
+        seed=0 if args.seed is None else args.seed,
+        triggers=triggers or None,
+    )
+    if not len(imported.trace):
+        raise CliError(f"{args.log}: the trace has no requests")
+    write_trace(imported.trace, args.out, imported.extra)
+    print(imported.note)
+    _wrote(args.out, imported.trace)
     return 0
 
 
