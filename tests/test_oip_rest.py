@@ -22,7 +22,16 @@ from netgain.contract.payloads import synthetic_jpeg, tabular_features
 from netgain.contract.phases import PHASES, REQUEST_ID_KEY, TIMING_KEY, parse_trailer
 from netgain.protos import pb
 from netgain.server.oip import BadTensor, ModelIO
-from netgain.server.rest.codec import HEADER_LENGTH, body_id, encode_response, read_infer, split_body
+from netgain.server.rest.codec import (
+    HEADER_LENGTH,
+    SCAN_ABOVE,
+    body_id,
+    encode_response,
+    json_values,
+    max_json_values,
+    read_infer,
+    split_body,
+)
 
 RNG = random.Random(11)
 TIMEOUT_S = 30.0
@@ -195,6 +204,15 @@ def test_codec_reads_json_and_binary_and_refuses_what_does_not_fit() -> None:
         split_body(b"{nope", None)
     with pytest.raises(BadTensor, match="outside the body"):
         split_body(b"{}", "3")
+    # a large JSON part holding more values than max_items could need is refused before json.loads
+    assert json_values(b'["a,b", [1, 2], {"k": 3}]', 100) == 8  # under the limit: counted raw
+    assert json_values(b'["a,b", [1, 2], {"k": 3}]', 2) == 7  # over: commas in strings left out
+    nested = b'{"inputs": [' + b"[]," * (SCAN_ABOVE // 3) + b"[]]}"
+    with pytest.raises(BadTensor, match=r"holds up to \d+ values, more than 4352 .* binary data"):
+        split_body(nested, None, max_json_values(bytes_io, 64))
+    text = {"inputs": [{**t, "shape": [1], "data": ["a, [b] {c}, " * (SCAN_ABOVE // 8)]}]}
+    header, _ = split_body(json.dumps(text).encode(), None, max_json_values(bytes_io, 64))
+    assert len(read_infer(header, b"", bytes_io, 64).inputs[0].data) == 12 * (SCAN_ABOVE // 8)
     with pytest.raises(BadTensor, match="'id' must be a string"):
         body_id({"id": 5})
     assert body_id({"id": "r-1"}) == "r-1" and body_id({}) == ""
@@ -360,6 +378,7 @@ def test_rest_feature_and_image_models_answer_as_grpc_does(start_server: Any, mo
                 400, "INVALID_ARGUMENT", bad_message, f"{model}-bad", batched=model == "image")  # fmt: skip
 
 
+@pytest.mark.slow
 def test_rest_not_ready_is_503_until_warm(start_server: Any) -> None:
     """Health, model readiness and inference answer 503 while the model loads (load_ms), then 200."""
     server = start_server(
@@ -430,7 +449,7 @@ def test_rest_with_workers_every_frontend_serves_the_port(start_server: Any) -> 
     assert len({s["pid"] for s in spans}) == 2, "both frontends answered"
 
 
-@pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.parametrize("workers", ["0", pytest.param("2", marks=pytest.mark.slow)])
 def test_a_busy_http_port_is_one_line(workers: str) -> None:
     """Either layout refuses a --http-port that another program listens on, before loading a model."""
     with socket.socket() as busy:

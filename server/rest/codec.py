@@ -16,6 +16,7 @@ An output is answered in the JSON (``data``) unless binary is asked for: the req
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,8 +53,35 @@ class InferBody:
     binary_default: bool = False  # parameters.binary_data_output: for outputs not named
 
 
-def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], bytes]:
-    """(the JSON header as a dict, the binary part) of a request body."""
+# json.loads makes an object per value, up to ~20 times the text's size (3-byte "[],"), on the event
+# loop: a JSON part over SCAN_ABOVE bytes has its values counted first (separators and openers
+# outside strings), and more than the request's items could need is refused unparsed.
+SCAN_ABOVE = 1 << 20
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+
+
+def _separators(text: bytes) -> int:
+    return text.count(b",") + text.count(b"[") + text.count(b"{") + 1
+
+
+def json_values(text: bytes, limit: int) -> int:
+    """About the values ``json.loads(text)`` would make (an object's keys aside), exact enough to
+    compare with ``limit``: separators and openers, counted again outside strings only when there
+    are more than ``limit`` (strings of text hold commas)."""
+    n = _separators(text)
+    return n if n <= limit else _separators(_STRING.sub(b'""', text))
+
+
+def max_json_values(io: ModelIO, max_items: int) -> int:
+    """Values a request of ``max_items`` items may hold in JSON (rows nested, with room to spare)."""
+    return 4 * max_items * max(1, io.features) + 4096
+
+
+def split_body(
+    body: bytes, header_length: str | None, max_values: int | None = None
+) -> tuple[dict[str, Any], bytes]:
+    """(the JSON header as a dict, the binary part) of a request body; a large JSON part holding
+    more than ``max_values`` values is refused before it is parsed."""
     size = len(body)
     if header_length is None:
         cut = size
@@ -64,8 +92,14 @@ def split_body(body: bytes, header_length: str | None) -> tuple[dict[str, Any], 
             raise BadTensor(f"{HEADER_LENGTH} {header_length!r} is not a whole number") from None
         if not 0 <= cut <= size:
             raise BadTensor(f"{HEADER_LENGTH} {cut} is outside the body's {size} bytes")
+    text = body[:cut]
+    if max_values is not None and cut > SCAN_ABOVE and (n := json_values(text, max_values)) > max_values:
+        raise BadTensor(
+            f"the request's JSON holds up to {n} values, more than {max_values} that this model's "
+            "--max-items-per-request can need; send tensors as binary data (binary_data_size)"
+        )
     try:
-        header = json.loads(body[:cut])
+        header = json.loads(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         where = f"the first {cut} bytes (by {HEADER_LENGTH})" if header_length is not None else "the body"
         raise BadTensor(f"{where} are not a JSON object: {exc}") from None

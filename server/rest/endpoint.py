@@ -27,6 +27,7 @@ from netgain.server.rest.codec import (
     body_id,
     encode_response,
     error_body,
+    max_json_values,
     read_infer,
     split_body,
 )
@@ -110,6 +111,7 @@ class RestEndpoint:
         self.oip = OipServicer(inner, io)
         self.io = io
         self.max_body = max_body
+        self.max_values = max_json_values(io, inner.limits.max_items)
 
     def app(self) -> web.Application:
         # client_max_size one past the limit: aiohttp refuses a body of exactly its size.
@@ -195,7 +197,8 @@ class RestEndpoint:
             refused = (grpc.StatusCode.NOT_FOUND, self.oip.missing(name, version))
         else:
             try:
-                header, binary = split_body(await self._read(request), request.headers.get(HEADER_LENGTH))
+                body = await self._read(request)
+                header, binary = split_body(body, request.headers.get(HEADER_LENGTH), self.max_values)
                 rid = body_id(header)
                 asked = read_infer(header, binary, self.io, inner.limits.max_items)
             except BodyTooLarge as exc:
