@@ -417,6 +417,8 @@ def test_tritonclient_http(start_server: Any) -> None:
             result = client.infer("null", [inp], outputs=outs, request_id=f"tc-{binary}")
             assert result.as_numpy("LABEL").tolist() == [4, 1, 2]
             assert result.get_response()["id"] == f"tc-{binary}"
+        zipped = client.infer("null", [inp], request_compression_algorithm="gzip")  # Content-Encoding
+        assert zipped.as_numpy("LABEL").tolist() == [4, 1, 2]
         wrong = th.InferInput("INPUT", [1], "INT32")
         wrong.set_data_from_numpy(np.array([1], dtype=np.int32))
         with pytest.raises(InferenceServerException) as err:
