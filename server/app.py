@@ -22,6 +22,7 @@ from netgain.server.bootstrap import (
     build_telemetry,
     drain,
     new_health,
+    oip_io,
     publish_static,
     serve_metrics,
     server_info,
@@ -69,6 +70,7 @@ class Server:
         )
         self.health = new_health()
         self.grpc_port = 0
+        self.http: Any = None  # the REST endpoint (--http-port), an HttpServer once listening
         self.metrics_port = -1
         self._metrics_http: Any = None
         self._profiles = 0
@@ -104,11 +106,21 @@ class Server:
         return int(torch.get_num_threads())
 
     # -- lifecycle ---------------------------------------------------------------------
-    async def _start_grpc(self) -> grpc.aio.Server:
+    async def _listen(self) -> grpc.aio.Server:
+        """gRPC, and the REST endpoint with --http-port, both on the one servicer."""
         from netgain.server.ports import release_claims
 
-        server, self.grpc_port = await start_grpc(self.cfg, self.servicer, self.health)
-        release_claims()  # listening: the port check alone refuses the port to others now
+        io = oip_io(self.cfg)
+        server, self.grpc_port = await start_grpc(self.cfg, self.servicer, self.health, io)
+        if self.cfg.http_port >= 0:
+            from netgain.server.rest.endpoint import start_http
+
+            try:
+                self.http = await start_http(self.cfg, self.servicer, io, reuse_port=False)
+            except ValueError:
+                await server.stop(0)
+                raise
+        release_claims()  # listening: the port check alone refuses the ports to others now
         return server
 
     def _start_metrics(self) -> None:
@@ -143,8 +155,8 @@ class Server:
     async def serve(self) -> int:
         self._start_metrics()
         self.metrics.ready.labels(**self.metrics.labels).set(0)
-        server = await self._start_grpc()
-        write_ports(self.cfg, self.grpc_port, self.metrics_port)
+        server = await self._listen()
+        write_ports(self.cfg, self.grpc_port, self.metrics_port, self.http.port if self.http else -1)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -155,6 +167,8 @@ class Server:
         if not load_task.done():
             print("netgain serve: stopped during model load", file=sys.stderr, flush=True)
             await server.stop(0)
+            if self.http is not None:
+                await self.http.close()
             return 0
         load_task.result()  # re-raise a load failure
         self.pipeline.start()
@@ -177,6 +191,8 @@ class Server:
         """Stop accepting, finish in-flight requests, flush the span log."""
         print("netgain serve: draining", flush=True)
         await drain(server, self.servicer, self.health, self.cfg.grace_s)
+        if self.http is not None:  # its requests were answered in the drain; new ones were refused
+            await self.http.close()
         await asyncio.to_thread(self.pipeline.stop)
         self.telemetry.stop()
         if self._metrics_http is not None:
@@ -196,9 +212,11 @@ def run_server(cfg: ServeConfig, cold: ColdStart) -> int:
         raise ValueError(
             "--device-cores needs frontend processes (--workers 1 or more): this server runs one process"
         )
-    if cfg.port:
-        from netgain.server.ports import claim_port
+    from netgain.server.ports import claim_port
 
+    if cfg.port:
         claim_port(cfg.host, cfg.port)
+    if cfg.http_port > 0:
+        claim_port(cfg.host, cfg.http_port, flag="--http-port")
     server = Server(cfg, cold)
     return asyncio.run(server.serve())

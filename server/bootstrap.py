@@ -33,7 +33,7 @@ from netgain.server.config import ServeConfig
 from netgain.server.device import DeviceRunner
 from netgain.server.handlers import create_handler
 from netgain.server.handlers.base import Handler
-from netgain.server.oip import OipServicer, model_io
+from netgain.server.oip import ModelIO, OipServicer, model_io
 from netgain.server.service import MAX_METADATA_BYTES, InferenceServicer, Limits
 from netgain.server.telemetry.metrics import ServerMetrics
 from netgain.server.telemetry.otlp import build_tracing
@@ -185,16 +185,19 @@ def publish_static(metrics: ServerMetrics, cfg: ServeConfig, cold: ColdStart, to
     )
 
 
-def write_ports(cfg: ServeConfig, grpc_port: int, metrics_port: int) -> None:
-    """The ports line on stdout and, with --ports-file, the same as JSON (replaced atomically)."""
+def write_ports(cfg: ServeConfig, grpc_port: int, metrics_port: int, http_port: int = -1) -> None:
+    """The ports line on stdout and, with --ports-file, the same as JSON (replaced atomically;
+    -1 for an endpoint that is off)."""
     line = f"netgain serve: grpc {cfg.host}:{grpc_port}"
+    if http_port >= 0:
+        line += f", http http://{cfg.host}:{http_port}"
     if metrics_port >= 0:
         line += f", metrics http://{cfg.host}:{metrics_port}/metrics"
     print(line, flush=True)
     if cfg.ports_file:
         tmp = cfg.ports_file + ".tmp"
         with open(tmp, "w") as fh:
-            json.dump({"grpc": grpc_port, "metrics": metrics_port, "pid": os.getpid()}, fh)
+            json.dump({"grpc": grpc_port, "metrics": metrics_port, "http": http_port, "pid": os.getpid()}, fh)
         os.replace(tmp, cfg.ports_file)
 
 
@@ -264,8 +267,17 @@ def max_connection_age_s() -> float:
     return value if value > 0 else MAX_CONNECTION_AGE_S
 
 
-async def start_grpc(cfg: ServeConfig, servicer: Any, health_servicer: Any) -> tuple[grpc.aio.Server, int]:
-    """The gRPC server (inference, health NOT_SERVING, reflection) listening on cfg's address."""
+def oip_io(cfg: ServeConfig) -> ModelIO:
+    """The served model's Open Inference Protocol tensors, from its handler's example payload (a
+    throwaway instance: no model is built)."""
+    return model_io(create_handler(cfg.model, cfg.handler_options))
+
+
+async def start_grpc(
+    cfg: ServeConfig, servicer: Any, health_servicer: Any, io: ModelIO | None = None
+) -> tuple[grpc.aio.Server, int]:
+    """The gRPC server (inference, health NOT_SERVING, reflection) listening on cfg's address;
+    ``io``: the model's OIP tensors (``oip_io``) when the caller has them already."""
     opts = [
         ("grpc.max_receive_message_length", cfg.max_message_bytes),
         ("grpc.max_send_message_length", cfg.max_message_bytes),
@@ -295,9 +307,8 @@ async def start_grpc(cfg: ServeConfig, servicer: Any, health_servicer: Any) -> t
     ]
     server = grpc.aio.server(options=opts)
     add_inference_servicer(servicer, server)
-    # The Open Inference Protocol beside netgain.v1, through the same servicer (server/oip.py);
-    # its tensors follow the handler's example payload (a throwaway instance: no model is built).
-    add_oip_servicer(OipServicer(servicer, model_io(create_handler(cfg.model, cfg.handler_options))), server)
+    # The Open Inference Protocol beside netgain.v1, through the same servicer (server/oip.py).
+    add_oip_servicer(OipServicer(servicer, io or oip_io(cfg)), server)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (

@@ -14,6 +14,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 50051
     metrics_port: int = 9464  # 0: any free port; -1: no metrics endpoint
+    http_port: int = -1  # KServe v2 REST beside gRPC; 0: any free port; -1: off
     max_batch_size: int = 8
     max_queue_delay_ms: float = 2.0
     max_queue_size: int = 256
@@ -59,6 +60,11 @@ class ServeConfig:
             (self.max_items_per_request >= 1, "--max-items-per-request must be at least 1"),
             (0 <= self.port <= 65535, "--port must be in 0..65535"),
             (-1 <= self.metrics_port <= 65535, "--metrics-port must be in -1..65535 (-1 disables)"),
+            (-1 <= self.http_port <= 65535, "--http-port must be in -1..65535 (-1 disables)"),
+            (
+                self.http_port <= 0 or self.http_port not in (self.port, self.metrics_port),
+                f"--http-port {self.http_port} is taken by --port or --metrics-port: choose another",
+            ),
             (bool(self.tls_cert) == bool(self.tls_key), "--tls-cert and --tls-key go together"),
             (not self.tls_client_ca or bool(self.tls_cert), "--tls-client-ca needs --tls-cert and --tls-key"),
             (self.sample_interval_s > 0, "--sample-interval-s must be > 0"),

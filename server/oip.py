@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,79 +95,119 @@ def _count(shape: Any) -> int:
     return total
 
 
-def to_inputs(request: Any, io: ModelIO, max_items: int | None = None) -> list[pb.Input]:
-    """The request's one input tensor as handler items; BadTensor names what does not fit. Counts
-    are checked (shape, then data) before any element is copied: a 12 MB message can declare
-    millions of empty elements."""
-    if len(request.inputs) != 1:
-        raise BadTensor(
-            f"request has {len(request.inputs)} input tensors; this model takes one: {io.describe()}"
-        )
-    tensor = request.inputs[0]
-    if tensor.name != INPUT_NAME:
-        raise BadTensor(f"input {tensor.name!r} is not this model's; it takes {io.describe()}")
-    if tensor.datatype != io.datatype:
-        raise BadTensor(
-            f"input {INPUT_NAME!r} is {tensor.datatype or 'untyped'}; this model takes {io.describe()}"
-        )
-    raw = request.raw_input_contents
-    if len(raw) > 1:
-        raise BadTensor(f"{len(raw)} raw_input_contents for one input tensor")
-    if raw and tensor.HasField("contents"):
-        raise BadTensor(f"input {INPUT_NAME!r} has both contents and raw_input_contents: send one")
-    count = _count(tensor.shape)
-    if not tensor.shape:
+def one_tensor(n_tensors: int, io: ModelIO) -> None:
+    if n_tensors != 1:
+        raise BadTensor(f"request has {n_tensors} input tensors; this model takes one: {io.describe()}")
+
+
+def check_tensor(
+    n_tensors: int, name: str, datatype: str, shape: Sequence[int], io: ModelIO, max_items: int | None
+) -> int:
+    """The checks both protocols make before they look at a tensor's data: one tensor, this
+    model's name and datatype, a shape whose items fit ``max_items``; returns its element count."""
+    one_tensor(n_tensors, io)
+    if name != INPUT_NAME:
+        raise BadTensor(f"input {name!r} is not this model's; it takes {io.describe()}")
+    if datatype != io.datatype:
+        raise BadTensor(f"input {INPUT_NAME!r} is {datatype or 'untyped'}; this model takes {io.describe()}")
+    count = _count(shape)
+    if not shape:
         raise BadTensor(f"input {INPUT_NAME!r} has no shape; this model takes {io.describe()}")
     items = count if io.datatype == "BYTES" or not io.features else count // io.features
     if max_items is not None and items > max_items:
         raise BadTensor(
             f"request has {items} inputs, over the limit of {max_items} (--max-items-per-request)"
         )
-    data = raw[0] if raw else b""  # each access to the repeated field copies the bytes
-    if io.datatype == "BYTES":
-        n = len(tensor.contents.bytes_contents)
-        if not raw and n != count:
-            raise BadTensor(f"input shape {list(tensor.shape)} holds {count} elements, the data {n}")
-        elements = split_bytes(data, count) if raw else list(tensor.contents.bytes_contents)
-        if len(elements) != count:
-            raise BadTensor(
-                f"input shape {list(tensor.shape)} holds {count} elements, the data {len(elements)}"
-            )
-        return [pb.Input(data=e) for e in elements]
-    if tensor.shape[-1] != io.features:
-        raise BadTensor(f"input shape {list(tensor.shape)}: rows of {io.features} features expected")
-    if raw:
-        if len(data) != 4 * count:
-            raise BadTensor(
-                f"input shape {list(tensor.shape)} is {4 * count} bytes of FP32, the data {len(data)}"
-            )
-        values = np.frombuffer(data, dtype="<f4")
-    else:
-        n = len(tensor.contents.fp32_contents)
-        if n != count:
-            raise BadTensor(f"input shape {list(tensor.shape)} holds {count} values, fp32_contents {n}")
-        values = np.asarray(tensor.contents.fp32_contents, dtype=np.float32)
+    if io.datatype == "FP32" and shape[-1] != io.features:
+        raise BadTensor(f"input shape {list(shape)}: rows of {io.features} features expected")
+    return count
+
+
+def bytes_items(
+    shape: Sequence[int], count: int, raw: bytes | None, elements: Sequence[bytes] = ()
+) -> list[pb.Input]:
+    """A BYTES tensor's items, from its raw form (length-prefixed elements) or its elements."""
+    got = split_bytes(raw, count) if raw is not None else elements
+    if len(got) != count:
+        raise BadTensor(f"input shape {list(shape)} holds {count} elements, the data {len(got)}")
+    return [pb.Input(data=e) for e in got]
+
+
+def raw_fp32(shape: Sequence[int], count: int, raw: bytes) -> np.ndarray:
+    """A raw FP32 tensor (little-endian) as values, once its length matches the shape."""
+    if len(raw) != 4 * count:
+        raise BadTensor(f"input shape {list(shape)} is {4 * count} bytes of FP32, the data {len(raw)}")
+    return np.frombuffer(raw, dtype="<f4")
+
+
+def feature_items(values: np.ndarray, io: ModelIO) -> list[pb.Input]:
+    """An FP32 tensor's rows of ``io.features`` values, one item each."""
     rows = values.reshape(-1, io.features) if io.features else values.reshape(0, 0)
     return [pb.Input(features=row.tolist()) for row in rows]
 
 
-def to_response(request: Any, model: str, outputs: list[pb.Output]) -> Any:
-    """LABEL, SCORE (and VALUES) as raw little-endian tensors, in the order asked (all by default)."""
+def to_inputs(request: Any, io: ModelIO, max_items: int | None = None) -> list[pb.Input]:
+    """The request's one input tensor as handler items; BadTensor names what does not fit. Counts
+    are checked (shape, then data) before any element is copied: a 12 MB message can declare
+    millions of empty elements."""
+    one_tensor(len(request.inputs), io)
+    tensor = request.inputs[0]
+    raw = request.raw_input_contents
+    if len(raw) > 1:
+        raise BadTensor(f"{len(raw)} raw_input_contents for one input tensor")
+    if raw and tensor.HasField("contents"):
+        raise BadTensor(f"input {INPUT_NAME!r} has both contents and raw_input_contents: send one")
+    shape = tensor.shape
+    count = check_tensor(1, tensor.name, tensor.datatype, shape, io, max_items)
+    data = raw[0] if raw else None  # each access to the repeated field copies the bytes
+    if io.datatype == "BYTES":
+        n = len(tensor.contents.bytes_contents)
+        if data is None and n != count:  # counted before the repeated field becomes a list
+            raise BadTensor(f"input shape {list(shape)} holds {count} elements, the data {n}")
+        return bytes_items(
+            shape, count, data, [] if data is not None else list(tensor.contents.bytes_contents)
+        )
+    if data is not None:
+        values = raw_fp32(shape, count, data)
+    else:
+        n = len(tensor.contents.fp32_contents)
+        if n != count:
+            raise BadTensor(f"input shape {list(shape)} holds {count} values, fp32_contents {n}")
+        values = np.asarray(tensor.contents.fp32_contents, dtype=np.float32)
+    return feature_items(values, io)
+
+
+OUTPUT_NAMES = ("LABEL", "SCORE", "VALUES")
+
+
+def check_outputs(names: Sequence[str]) -> None:
+    """BadTensor for an output name this server does not answer."""
+    unknown = [n for n in names if n not in OUTPUT_NAMES]
+    if unknown:
+        raise BadTensor(f"output {unknown[0]!r} is not this model's; it answers 'LABEL' and 'SCORE'")
+
+
+def output_tensors(outputs: list[pb.Output], names: Sequence[str] = ()) -> list[tuple[str, str, np.ndarray]]:
+    """(name, datatype, little-endian array) for LABEL, SCORE (and VALUES when every output carries
+    as many values), in the order of ``names`` (all when empty)."""
     n = len(outputs)
-    tensors: dict[str, tuple[str, list[int], bytes]] = {
-        "LABEL": ("INT64", [n], np.fromiter((o.label for o in outputs), dtype="<i8", count=n).tobytes()),
-        "SCORE": ("FP32", [n], np.fromiter((o.score for o in outputs), dtype="<f4", count=n).tobytes()),
+    tensors: dict[str, tuple[str, np.ndarray]] = {
+        "LABEL": ("INT64", np.fromiter((o.label for o in outputs), dtype="<i8", count=n)),
+        "SCORE": ("FP32", np.fromiter((o.score for o in outputs), dtype="<f4", count=n)),
     }
     widths = {len(o.values) for o in outputs}
-    if len(widths) == 1 and (k := widths.pop()) > 0:
-        values = np.asarray([list(o.values) for o in outputs], dtype="<f4")
-        tensors["VALUES"] = ("FP32", [n, k], values.tobytes())
-    names = [o.name for o in request.outputs if o.name in tensors] or list(tensors)
+    if len(widths) == 1 and widths.pop() > 0:
+        tensors["VALUES"] = ("FP32", np.asarray([list(o.values) for o in outputs], dtype="<f4"))
+    chosen = [name for name in names if name in tensors] or list(tensors)
+    return [(name, *tensors[name]) for name in chosen]
+
+
+def to_response(request: Any, model: str, outputs: list[pb.Output]) -> Any:
+    """LABEL, SCORE (and VALUES) as raw little-endian tensors, in the order asked (all by default)."""
     response = oip.ModelInferResponse(model_name=model, model_version=VERSION, id=request.id)
-    for name in names:
-        datatype, shape, raw = tensors[name]
-        response.outputs.add(name=name, datatype=datatype, shape=shape)
-        response.raw_output_contents.append(raw)
+    for name, datatype, values in output_tensors(outputs, [o.name for o in request.outputs]):
+        response.outputs.add(name=name, datatype=datatype, shape=list(values.shape))
+        response.raw_output_contents.append(values.tobytes())
     return response
 
 
@@ -178,29 +219,29 @@ class OipServicer:
         self.io = io
         self.platform = platform
 
-    def _known(self, name: str, version: str) -> bool:
+    def known(self, name: str, version: str) -> bool:
         return name == self.inner.model and version in ("", VERSION)
 
-    def _missing(self, name: str, version: str) -> str:
+    def missing(self, name: str, version: str) -> str:
         if name != self.inner.model:
             return f"model {name!r} is not served here (this server runs {self.inner.model!r})"
         return f"model {name!r} has only version {VERSION!r}, not {version!r}"
 
-    def _ready(self) -> bool:
+    def ready(self) -> bool:
         return self.inner.ready and not self.inner.stopping
 
     async def ServerLive(self, request: Any, context: Any) -> Any:
         return oip.ServerLiveResponse(live=True)
 
     async def ServerReady(self, request: Any, context: Any) -> Any:
-        return oip.ServerReadyResponse(ready=self._ready())
+        return oip.ServerReadyResponse(ready=self.ready())
 
     async def ModelReady(self, request: Any, context: Any) -> Any:
-        return oip.ModelReadyResponse(ready=self._known(request.name, request.version) and self._ready())
+        return oip.ModelReadyResponse(ready=self.known(request.name, request.version) and self.ready())
 
     async def ModelMetadata(self, request: Any, context: Any) -> Any:
-        if not self._known(request.name, request.version):
-            await context.abort(grpc.StatusCode.NOT_FOUND, self._missing(request.name, request.version))
+        if not self.known(request.name, request.version):
+            await context.abort(grpc.StatusCode.NOT_FOUND, self.missing(request.name, request.version))
         meta = oip.ModelMetadataResponse(name=self.inner.model, versions=[VERSION], platform=self.platform)
         meta.inputs.add(name=INPUT_NAME, datatype=self.io.datatype, shape=self.io.input_shape)
         meta.outputs.add(name="LABEL", datatype="INT64", shape=[-1])
@@ -211,15 +252,11 @@ class OipServicer:
         arrival = self.inner.clock()
         refused: tuple[Any, str] | None = None
         inputs: list[pb.Input] = []
-        if request.model_name and not self._known(request.model_name, request.model_version):
-            refused = (grpc.StatusCode.NOT_FOUND, self._missing(request.model_name, request.model_version))
+        if request.model_name and not self.known(request.model_name, request.model_version):
+            refused = (grpc.StatusCode.NOT_FOUND, self.missing(request.model_name, request.model_version))
         else:
-            unknown = [o.name for o in request.outputs if o.name not in ("LABEL", "SCORE", "VALUES")]
             try:
-                if unknown:
-                    raise BadTensor(
-                        f"output {unknown[0]!r} is not this model's; it answers 'LABEL' and 'SCORE'"
-                    )
+                check_outputs([o.name for o in request.outputs])
                 inputs = to_inputs(request, self.io, self.inner.limits.max_items)
             except BadTensor as exc:
                 refused = (grpc.StatusCode.INVALID_ARGUMENT, str(exc))

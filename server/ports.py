@@ -19,13 +19,13 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 CLAIM_WAIT_S = 120.0
 _HELD: list[socket.socket] = []
 
 
-def _check(host: str, port: int) -> int:
+def _check(host: str, port: int, flag: str = "--port") -> int:
     family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed server's TIME_WAIT is not a server
@@ -34,15 +34,15 @@ def _check(host: str, port: int) -> int:
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise ValueError(
-                    f"--port {port}: {host}:{port} is already in use, by another netgain serve or another "
-                    "program; stop it or choose another --port"
+                    f"{flag} {port}: {host}:{port} is already in use, by another netgain serve or another "
+                    f"program; stop it or choose another {flag}"
                 ) from None
-            raise ValueError(f"--host {host} --port {port}: cannot bind ({exc.strerror})") from None
+            raise ValueError(f"--host {host} {flag} {port}: cannot bind ({exc.strerror})") from None
         return int(s.getsockname()[1])
 
 
 def _take_claim(
-    port: int, wait_s: float, clock: Callable[[], float], sleep: Callable[[float], None]
+    port: int, wait_s: float, clock: Callable[[], float], sleep: Callable[[float], None], flag: str = "--port"
 ) -> socket.socket | None:
     """The port's claim (any host: 0.0.0.0 and 127.0.0.1 share a port), waiting for another
     start-up holding it; None where abstract Unix sockets do not exist."""
@@ -58,8 +58,8 @@ def _take_claim(
             if exc.errno != errno.EADDRINUSE or clock() > end:
                 s.close()
                 raise ValueError(
-                    f"--port {port}: another netgain serve has been starting on port {port} for "
-                    f"{wait_s:.0f} s; stop it or choose another --port"
+                    f"{flag} {port}: another netgain serve has been starting on port {port} for "
+                    f"{wait_s:.0f} s; stop it or choose another {flag}"
                 ) from None
         sleep(0.05)
 
@@ -70,14 +70,19 @@ def claim_port(
     wait_s: float = CLAIM_WAIT_S,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    flag: str = "--port",
+    taken: Collection[int] = (),
 ) -> int:
-    """The port to serve on (a free one for 0), claimed until ``release_claims``; ValueError
-    naming the port when it is served already."""
+    """The port to serve on (a free one for 0, none of ``taken``: ports this server claimed
+    already), claimed until ``release_claims``; ValueError naming ``flag`` and the port when it is
+    served already."""
     if port == 0:
-        port = _check(host, 0)
-    claim = _take_claim(port, wait_s, clock, sleep)
+        port = _check(host, 0, flag)
+        while port in taken:  # the kernel may offer a port claimed but not yet listened on
+            port = _check(host, 0, flag)
+    claim = _take_claim(port, wait_s, clock, sleep, flag)
     try:
-        _check(host, port)
+        _check(host, port, flag)
     except ValueError:
         if claim is not None:
             claim.close()

@@ -6,11 +6,14 @@ validated. Certificates are made in the test with the `cryptography` package.
 from __future__ import annotations
 
 import datetime
+import http.client
 import ipaddress
 import json
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,8 @@ def test_server_binds_loopback_when_no_host_is_given(tmp_path: Path) -> None:
         "0",
         "--metrics-port",
         "0",
+        "--http-port",
+        "0",
         "--ports-file",
         str(ports_file),
     ]  # no --host
@@ -76,6 +81,7 @@ def test_server_binds_loopback_when_no_host_is_given(tmp_path: Path) -> None:
         by_port = {c.laddr.port: _ipv4(c.laddr.ip) for c in listening}
         assert by_port.get(ports["grpc"]) == "127.0.0.1", listening
         assert by_port.get(ports["metrics"]) == "127.0.0.1", listening
+        assert by_port.get(ports["http"]) == "127.0.0.1", listening
         assert all(ipaddress.ip_address(_ipv4(c.laddr.ip)).is_loopback for c in listening), listening
     finally:
         proc.terminate()
@@ -174,12 +180,27 @@ def _tls_channel(target: str, pki: dict[str, Path], client_cert: bool) -> grpc.C
     return grpc.secure_channel(target, creds, options=[("grpc.ssl_target_name_override", "localhost")])
 
 
+def _https_ready(server: Any, pki: dict[str, Path], client_cert: bool, tls: bool = True) -> int:
+    """GET /v2/health/ready on the REST port (--http-port): its status, or 0 when refused."""
+    port = json.loads(server.ports_file.read_text())["http"]
+    ctx = ssl.create_default_context(cafile=str(pki["ca"]))
+    if client_cert:
+        ctx.load_cert_chain(str(pki["client"]), str(pki["client_key"]))
+    url = f"{'https' if tls else 'http'}://127.0.0.1:{port}/v2/health/ready"
+    try:
+        with urllib.request.urlopen(url, context=ctx if tls else None, timeout=10.0) as resp:
+            return int(resp.status)
+    except (http.client.HTTPException, OSError):  # URLError and ssl.SSLError are OSErrors
+        return 0
+
+
 def test_tls_serves_tls_clients_and_refuses_plaintext(
     start_server: Any, pki: dict[str, Path], tmp_path: Path
 ) -> None:
     server = start_server(
-        "--model", "null", "--tls-cert", str(pki["server"]), "--tls-key", str(pki["server_key"]), wait=False
-    )
+        "--model", "null", "--tls-cert", str(pki["server"]), "--tls-key", str(pki["server_key"]),
+        "--http-port", "0", wait=False,
+    )  # fmt: skip
     server.wait_ports()
     tls = _tls_channel(server.target, pki, client_cert=False)
     plain = grpc.insecure_channel(server.target)
@@ -188,6 +209,10 @@ def test_tls_serves_tls_clients_and_refuses_plaintext(
         assert _infer(tls) == grpc.StatusCode.OK
         assert _infer(plain) == grpc.StatusCode.UNAVAILABLE
         assert _infer(tls) == grpc.StatusCode.OK  # the plaintext attempt did no harm
+        # the REST endpoint serves the same certificate, and no plaintext either
+        assert _https_ready(server, pki, client_cert=False) == 200
+        assert _https_ready(server, pki, client_cert=False, tls=False) == 0
+        assert _https_ready(server, pki, client_cert=False) == 200
     finally:
         tls.close()
         plain.close()
@@ -226,6 +251,8 @@ def test_mtls_requires_a_client_certificate(start_server: Any, pki: dict[str, Pa
         str(pki["server_key"]),
         "--tls-client-ca",
         str(pki["ca"]),
+        "--http-port",
+        "0",
         wait=False,
     )
     server.wait_ports()
@@ -238,6 +265,8 @@ def test_mtls_requires_a_client_certificate(start_server: Any, pki: dict[str, Pa
         assert _infer(without) == grpc.StatusCode.UNAVAILABLE  # handshake refused
         assert _infer(plain) == grpc.StatusCode.UNAVAILABLE
         assert _infer(with_cert) == grpc.StatusCode.OK
+        assert _https_ready(server, pki, client_cert=True) == 200
+        assert _https_ready(server, pki, client_cert=False) == 0  # REST requires the certificate too
     finally:
         for ch in (with_cert, without, plain):
             ch.close()

@@ -43,6 +43,7 @@ ROLE_EXTRAS = {
     "torch": "serve",
     "tokenizers": "serve",
     "psutil": "serve",
+    "aiohttp": "serve",
     "locust": "load",
     "gevent": "load",
     "msgpack": "load",

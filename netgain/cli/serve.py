@@ -18,8 +18,9 @@ MIB = 1024 * 1024
 def add_parser(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "serve",
-        help="run the gRPC inference server",
-        description="Serve a model over gRPC on cpu or cuda, batching dynamically, with per-request spans.",
+        help="run the gRPC (and, with --http-port, REST) inference server",
+        description="Serve a model over gRPC (and KServe v2 REST with --http-port) on cpu or cuda, batching "
+        "dynamically, with per-request spans.",
     )
     flag(
         p,
@@ -39,6 +40,14 @@ def add_parser(sub: Any) -> None:
     flag(p, "--host", default="127.0.0.1", help="address to bind (loopback unless you say otherwise)")
     flag(p, "--port", type=int, default=50051, help="gRPC port (0: any free port)")
     flag(p, "--metrics-port", type=int, default=9464, help="Prometheus /metrics port (0: any free, -1: off)")
+    flag(
+        p,
+        "--http-port",
+        type=int,
+        default=-1,
+        help="also serve KServe v2 REST (the Open Inference Protocol over HTTP, phases in a Server-Timing "
+        "header) on this port (0: any free port; -1: off)",
+    )
     flag(p, "--max-batch-size", type=int, default=8, help="most items per device batch")
     flag(
         p,
@@ -167,6 +176,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         host=args.host,
         port=args.port,
         metrics_port=args.metrics_port,
+        http_port=args.http_port,
         max_batch_size=args.max_batch_size,
         max_queue_delay_ms=args.max_queue_delay_ms,
         max_queue_size=args.max_queue_size,

@@ -274,6 +274,7 @@ class Frontend:
             build_telemetry,
             drain,
             new_health,
+            oip_io,
             serve_metrics,
             set_health,
             start_grpc,
@@ -293,7 +294,13 @@ class Frontend:
             cfg, self.handler.name, self.handoff, tel, max_items, self.info, self._no_profile
         )
         health_servicer = new_health()
-        server, _ = await start_grpc(cfg, self.servicer, health_servicer)
+        io = oip_io(cfg)
+        server, _ = await start_grpc(cfg, self.servicer, health_servicer, io)
+        http = None
+        if cfg.http_port >= 0:  # the supervisor resolved the port; every frontend listens on it
+            from netgain.server.rest.endpoint import start_http
+
+            http = await start_http(cfg, self.servicer, io, reuse_port=True)
         metrics_port = -1
         if cfg.metrics_port >= 0:
             _, metrics_port = serve_metrics(tel.registry, 0, "127.0.0.1")
@@ -320,6 +327,8 @@ class Frontend:
         # Drain: refuse new requests at once, finish those in flight, then leave.
         self.handoff.close()
         await drain(server, self.servicer, health_servicer, cfg.grace_s)
+        if http is not None:
+            await http.close()
         if self.handoff.taker is not None:
             await asyncio.to_thread(self.handoff.taker.stop)
         tel.stop()

@@ -75,7 +75,11 @@ class Supervisor:
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         torch.set_num_threads(1)  # sizing below must not start an OpenMP pool before the forks
         self.device = resolve_device(cfg.device)
-        self.cfg = dataclasses.replace(cfg, port=claim_port(cfg.host, cfg.port))
+        port = claim_port(cfg.host, cfg.port)
+        http_port = cfg.http_port
+        if http_port >= 0:  # the frontends all listen on one port: a free one is chosen here
+            http_port = claim_port(cfg.host, http_port, flag="--http-port", taken=(port,))
+        self.cfg = dataclasses.replace(cfg, port=port, http_port=http_port)
         self.cold = cold
         self.handler = build_handler(cfg)
         self.slot_bytes, self.pre_ms, self.item_bytes = measure_items(self.handler, cfg.seed)
@@ -188,7 +192,7 @@ class Supervisor:
     def _write_ports(self) -> None:
         from netgain.server.bootstrap import write_ports
 
-        write_ports(self.cfg, self.cfg.port, self.metrics_port)
+        write_ports(self.cfg, self.cfg.port, self.metrics_port, self.cfg.http_port)
 
     def _info(self, device: dict[str, Any]) -> bytes:
         from netgain.server.bootstrap import server_info
