@@ -112,7 +112,7 @@ def maintainability(treat: dict[str, Any], base: dict[str, Any]) -> list[str]:
         f"a second deployment target to build, patch and capacity-plan (GPU nodes, {tv.get('gpu') or 'GPU'} "
         "images with the NVIDIA runtime) beside the CPU one",
         "harder local development and debugging: developers without a GPU test a different code path",
-        f"GPU cold start {treat.get('_cold_start_s', 'n/a')} s per scale-up (process start to ready)",
+        f"GPU cold start {_seconds(treat.get('_cold_start_s'))} per scale-up (process start to ready)",
     ]
 
 
@@ -388,3 +388,8 @@ def compare(
         "maintainability": maintainability(tmeta, base.meta),
         "traffic_differences": diffs,
     }
+
+
+def _seconds(value: Any) -> str:
+    """``2.6 s``, or ``n/a`` when the run has no cold start."""
+    return "n/a" if value is None else f"{float(value):.1f} s"
