@@ -14,7 +14,8 @@ parent dies, or after ``--max-seconds``. Routes:
 - ``POST /rows``: ``{"rows": [[float, ...], ...]}`` -> ``{"sums": [...]}`` (tabular payloads);
 - ``POST /fail``: 500 ``{"detail": "the model failed on purpose"}``;
 - ``POST /slow``: answers after 2 s (for client deadlines).
-- ``GET /count``: how many requests each route has answered, as JSON.
+- ``GET /count``: how many requests each route has answered, as JSON;
+- ``GET /ids``: the ``x-request-id`` of every ``/predict`` request, as a JSON list.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import asyncio
 import base64
 import binascii
 import collections
+import contextlib
 import os
 import signal
 import sys
@@ -49,6 +51,7 @@ def _timing(phases_ms: dict[str, float]) -> str:
 
 def build_app() -> web.Application:
     counts: collections.Counter[str] = collections.Counter()
+    ids: list[str] = []
 
     async def health(request: web.Request) -> web.Response:
         return web.Response(text="ok")
@@ -56,6 +59,7 @@ def build_app() -> web.Application:
     async def predict(request: web.Request) -> web.Response:
         t0 = time.perf_counter()
         counts["predict"] += 1
+        ids.append(request.headers.get("x-request-id", ""))
         try:
             doc = await request.json()
             images = doc["images"] if "images" in doc else [doc["image"]]
@@ -88,6 +92,9 @@ def build_app() -> web.Application:
     async def count(request: web.Request) -> web.Response:
         return web.json_response(dict(counts))
 
+    async def seen(request: web.Request) -> web.Response:
+        return web.json_response(ids)
+
     app = web.Application(client_max_size=64 << 20)
     app.router.add_get("/health", health)
     app.router.add_post("/predict", predict)
@@ -95,6 +102,7 @@ def build_app() -> web.Application:
     app.router.add_post("/fail", fail)
     app.router.add_post("/slow", slow)
     app.router.add_get("/count", count)
+    app.router.add_get("/ids", seen)
     return app
 
 
@@ -114,10 +122,8 @@ async def serve(max_seconds: float) -> None:
     parent, deadline = os.getppid(), time.monotonic() + max_seconds
     # Polled: a parent that dies without a signal must stop this server too.
     while not stop.is_set() and os.getppid() == parent and time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.2)
-        except TimeoutError:
-            pass
     await runner.cleanup()
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from geventhttpclient._parser import HTTPParseError, HTTPResponseParser
 
-KEEP_BODY = 512  # bytes of a body kept for an error's reason
+KEEP_BODY = 4096  # bytes of a body kept for an error's reason (a traceback's end included)
 SERVER_TIMING = "server-timing"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import resource
 import ssl
 
@@ -53,6 +54,10 @@ def status_code(http_status: int) -> str:
     return HTTP_CODES.get(http_status, "UNKNOWN")
 
 
+# The start of a JSON body's reason, for a body cut at KEEP_BODY bytes (no longer a JSON document).
+_REASON = re.compile(r'^\{\s*"(?:error|detail|message)"\s*:\s*"((?:[^"\\]|\\.)*)')
+
+
 def answer_reason(answer: Answer) -> str:
     """Why an answer failed, in the server's words: a JSON body's ``error`` (KServe v2, Triton),
     ``detail`` (FastAPI) or ``message``; else the body's text; else the reason phrase."""
@@ -64,6 +69,9 @@ def answer_reason(answer: Answer) -> str:
                 if isinstance(doc, dict) and doc.get(key):
                     value = doc[key]
                     return value if isinstance(value, str) else json.dumps(value)
+        cut = _REASON.match(text)
+        if cut:
+            return cut.group(1).replace("\\n", " ").replace('\\"', '"')
     return text or answer.phrase
 
 

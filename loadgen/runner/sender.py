@@ -44,9 +44,13 @@ def server_columns(value: str | None) -> dict[str, Any]:
 
 
 def one_line(text: str) -> str:
-    """A failure's reason for its record: one line, at most ``MAX_REASON`` characters."""
+    """A failure's reason for its record: one line of at most ``MAX_REASON`` characters, its start
+    and its end when longer (a traceback's last line says what failed)."""
     line = " ".join(text.split())
-    return line if len(line) <= MAX_REASON else line[: MAX_REASON - 3] + "..."
+    if len(line) <= MAX_REASON:
+        return line
+    half = (MAX_REASON - 5) // 2
+    return f"{line[:half]} ... {line[-half:]}"
 
 
 class Sender(Protocol):

@@ -304,6 +304,11 @@ def _check_protocol(args: argparse.Namespace, targets: list[str]) -> None:
         raise CliError("--oip-model needs --protocol oip or oip-http")
     if args.oip_binary and protocol != "oip-http":
         raise CliError("--oip-binary needs --protocol oip-http")
+    if args.oip_binary == "never" and (args.model or args.oip_model) in ("image", "null", "resnet50"):
+        raise CliError(
+            "--oip-binary never sends tensors as JSON, and these payloads are bytes, not text: "
+            "image and null need the binary-data extension (--oip-binary auto)"
+        )
     if protocol in ("oip-http", "http-json"):
         for t in targets:
             if t.startswith("dns:") or "://" in t:
