@@ -5,8 +5,9 @@ Targets (issue 3): >= 2,500 req/s per worker against the null model; 8 workers >
 at 80 % of capacity send-lag p99 <= 1 ms, achieved rate within 1 %, replayed inter-arrivals
 match the trace (KS <= 0.02).
 ``--protocols netgain,oip-http,http-json`` measures the HTTP senders beside gRPC: capacity and
-fidelity against canned null HTTP servers (benchmarks/http_null.py), stock Locust's FastHttpUser
-beside them (no accuracy rows: those servers' Server-Timing is canned).
+fidelity against canned null HTTP servers (benchmarks/null_targets.py), stock Locust's FastHttpUser
+beside them (no accuracy rows: those servers' Server-Timing is canned). ``--canned`` puts gRPC
+against canned servers too (else `netgain serve --model null`), so the protocols compare alike.
 Usage: python benchmarks/bench_loadgen.py [--servers 4] [--workers 1,8] [--duration 10]
 """
 
@@ -27,7 +28,7 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 from common import null_servers, table
-from http_null import http_null_servers
+from null_targets import canned_servers
 
 from netgain.experiments.orchestrate import free_port, run_load
 from netgain.stats.quantiles import quantile
@@ -217,7 +218,7 @@ def server_cpu_s() -> dict[int, float]:
     out = {}
     for c in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            if "server" in c.cmdline()[1:3] or any(a.endswith("http_null.py") for a in c.cmdline()[1:3]):
+            if "server" in c.cmdline()[1:3] or any(a.endswith("null_targets.py") for a in c.cmdline()[1:3]):
                 t = c.cpu_times()
                 out[c.pid] = t.user + t.system
     return out
@@ -249,11 +250,12 @@ def fidelity_row(label: str, rate: float, fid: dict) -> list[object]:
     ]
 
 
-def servers(stack: contextlib.ExitStack, protocol: str, count: int) -> str:
-    """Fresh null servers for ``protocol``: netgain's null model over gRPC, or canned HTTP ones."""
-    if protocol == "netgain":
+def servers(stack: contextlib.ExitStack, protocol: str, count: int, canned: bool) -> str:
+    """Fresh null servers for ``protocol``: netgain's null model over gRPC (``canned``: canned gRPC
+    ones), or canned HTTP ones."""
+    if protocol == "netgain" and not canned:
         return null_servers(stack, count, free_port(), max_queue=100000, separate=True)
-    return http_null_servers(stack, count)
+    return canned_servers(stack, count, grpc=protocol == "netgain")
 
 
 def measure(a: argparse.Namespace, protocol: str, tmp: str, rows: list[list[object]]) -> tuple[dict, dict]:
@@ -266,7 +268,7 @@ def measure(a: argparse.Namespace, protocol: str, tmp: str, rows: list[list[obje
     name = f"netgain load {protocol}" if http else "netgain load"
     results: dict[int, dict] = {}
     with contextlib.ExitStack() as stack:
-        target = servers(stack, protocol, a.servers)
+        target = servers(stack, protocol, a.servers, a.canned)
         for w in (int(x) for x in a.workers.split(",")):
             # Overloaded on purpose: the cap keeps greenlets from piling up past what the server
             # answers, so the measured send rate is the generator's, not a backlog's.
@@ -311,7 +313,7 @@ def measure(a: argparse.Namespace, protocol: str, tmp: str, rows: list[list[obje
     # Fidelity on fresh servers: after the overload runs, one H200 run showed send lag of hundreds
     # of ms at 60 % that a run without them did not (2.8 ms p99), so nothing is carried over.
     with contextlib.ExitStack() as stack:
-        target = servers(stack, protocol, a.servers)
+        target = servers(stack, protocol, a.servers, a.canned)
         # Fidelity at each fraction of one worker's capacity; the last fraction also serves accuracy.
         fid: dict = {}
         label = f"{protocol} fidelity" if http else "fidelity"
@@ -322,7 +324,7 @@ def measure(a: argparse.Namespace, protocol: str, tmp: str, rows: list[list[obje
         for rate in rates:
             r = ours(target, os.path.join(tmp, f"{protocol}-rate{rate:g}"), rate, a.duration, 1, extra=extra)
             rows.append(fidelity_row(f"{label} @{rate / one * 100:.0f}% (fixed rate)", rate, r))
-        if http:  # the canned servers' Server-Timing is no measurement to check against
+        if http or a.canned:  # a canned server's Server-Timing is no measurement to check against
             return results, stock
         # Accuracy: percentiles of our service time and stock Locust's against the server's own totals.
         srv = fid["server_ms"]
@@ -363,6 +365,11 @@ def main() -> None:
         "--protocols",
         default="netgain",
         help="comma list of netgain (gRPC), oip-http, http-json: each measured in turn",
+    )
+    ap.add_argument(
+        "--canned",
+        action="store_true",
+        help="gRPC against canned servers (benchmarks/null_targets.py) as HTTP is, not netgain serve",
     )
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()

@@ -348,3 +348,27 @@ def test_sender_sends_request_ids_and_maps_statuses() -> None:
     status, size, answer = outcomes[1]
     assert (status, size, answer["http_status"]) == ("NOT_FOUND", 0, 404)
     assert answer["error"] == "HTTP 404: no such model"
+
+
+def test_cancel_ends_the_requests_in_flight() -> None:
+    """After a Ctrl-C's drain the sender cancels what is still in flight: those rows are CANCELLED,
+    whether the request was sent or still connecting."""
+
+    async def main() -> list[Any]:
+        async with Scripted(lambda r, n: b"") as srv:  # reads the request, never answers
+            pool = HttpPool("127.0.0.1", srv.port, timeout_s=30.0)
+            sent = pool.request(_get())
+            while not srv.requests:
+                await asyncio.sleep(0.01)
+            connecting = pool.request(_get())  # a second connection, not yet open
+            pool.cancel("cancelled after the stop's drain")
+            out = []
+            for waiter in (sent, connecting):
+                with pytest.raises(HttpFailure) as info:
+                    await waiter
+                out.append(info.value)
+            pool.close()
+            return out
+
+    failures = _run(main())
+    assert [(f.code, f.reason) for f in failures] == [("CANCELLED", "cancelled after the stop's drain")] * 2

@@ -1,12 +1,16 @@
-"""Null HTTP servers for the load generator's HTTP benchmarks: canned answers on asyncio, so the
-server costs a few µs per request and the figure measured is the load generator's.
+"""Canned null targets for the load generator's benchmarks: servers that answer every request with
+the same bytes, so a server costs little per request and the figure measured is the load
+generator's, for each protocol alike.
 
-Each process answers KServe v2 REST for one model, ``null`` (readiness, metadata: one BYTES input,
+HTTP (asyncio): KServe v2 REST for one model, ``null`` (readiness, metadata: one BYTES input,
 ``POST /v2/models/null/infer``), and ``POST /predict`` (a JSON endpoint for ``--protocol
 http-json``), every answer with a ``Server-Timing`` header in netgain's own format; anything else
 gets 404. HTTP/1.1 keep-alive, requests with a Content-Length body (as netgain load sends them).
 
-    python benchmarks/http_null.py            # one server; prints "PORT <n>"
+gRPC (grpc.aio): ``grpc.health.v1`` SERVING, netgain.v1 ``ServerInfo`` (model null, no metrics
+port) and ``Infer`` with a fixed response and netgain's ``server-timing`` trailer.
+
+    python benchmarks/null_targets.py [--grpc]     # one server; prints "PORT <n>"
 """
 
 from __future__ import annotations
@@ -82,7 +86,7 @@ class Canned(asyncio.Protocol):
             self.transport.write(b"".join(out))
 
 
-async def serve() -> None:
+async def serve_http() -> None:
     loop = asyncio.get_running_loop()
     server = await loop.create_server(Canned, "127.0.0.1", 0, backlog=4096)
     print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
@@ -91,21 +95,68 @@ async def serve() -> None:
         await asyncio.sleep(0.5)
 
 
-def http_null_servers(stack: contextlib.ExitStack, count: int) -> str:
-    """``count`` null HTTP server processes on ports of their own; the comma-joined target."""
+async def serve_grpc() -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2
+
+    from netgain.protos import pb
+    from netgain.protos.service import SERVICE_NAME
+
+    status = health_pb2.HealthCheckResponse.SERVING
+    serving = health_pb2.HealthCheckResponse(status=status).SerializeToString()
+    info = pb.ServerInfoResponse(model="null", handler="null", metrics_port=-1, ready=True)
+    info_bytes = info.SerializeToString()
+    answer = pb.InferResponse(outputs=[pb.Output(label=64)]).SerializeToString()
+    trailer = (("server-timing", TIMING.decode()),)
+
+    async def check(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return serving
+
+    async def server_info(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        return info_bytes
+
+    async def infer(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        context.set_trailing_metadata(trailer)
+        return answer
+
+    def unary(fn: object) -> grpc.RpcMethodHandler:
+        return grpc.unary_unary_rpc_method_handler(fn)  # bytes in, bytes out
+
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        [
+            grpc.method_handlers_generic_handler("grpc.health.v1.Health", {"Check": unary(check)}),
+            grpc.method_handlers_generic_handler(
+                SERVICE_NAME, {"ServerInfo": unary(server_info), "Infer": unary(infer)}
+            ),
+        ]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    print(f"PORT {port}", flush=True)
+    parent = os.getppid()
+    while os.getppid() == parent:
+        await asyncio.sleep(0.5)
+    await server.stop(0)
+
+
+def canned_servers(stack: contextlib.ExitStack, count: int, grpc: bool = False) -> str:
+    """``count`` canned server processes (HTTP, or gRPC) on ports of their own; the comma-joined
+    target."""
     targets = []
     for _ in range(count):
-        proc = subprocess.Popen([sys.executable, __file__], stdout=subprocess.PIPE, text=True)
+        cmd = [sys.executable, __file__, *(["--grpc"] if grpc else [])]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         stack.callback(proc.wait, 10)
         stack.callback(proc.terminate)
         assert proc.stdout is not None
         deadline = time.monotonic() + 30
         line = proc.stdout.readline()
         if not line.startswith("PORT ") or time.monotonic() > deadline:
-            raise SystemExit(f"null HTTP server did not start: {line!r}")
+            raise SystemExit(f"canned server did not start: {line!r}")
         targets.append(f"127.0.0.1:{int(line.split()[1])}")
     return ",".join(targets)
 
 
 if __name__ == "__main__":
-    asyncio.run(serve())
+    asyncio.run(serve_grpc() if "--grpc" in sys.argv[1:] else serve_http())
