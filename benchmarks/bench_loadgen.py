@@ -286,7 +286,10 @@ def measure(a: argparse.Namespace, protocol: str, tmp: str, rows: list[list[obje
                     f"{name} x{w}",
                     round(r["achieved_rps"]),
                     f"{r['achieved_rps'] / w:.0f}/worker",
-                    f"sender loop CPU max {r['worker_cpu_max']:.2f}",
+                    # CPU per request: robust to a shared host where wall-clock rates are not
+                    # (gRPC's own C threads are not in the loop's figure; an HTTP sender has none).
+                    f"sender loop CPU max {r['worker_cpu_max']:.2f} "
+                    f"(~{r['worker_cpu_max'] / max(r['achieved_rps'] / w, 1e-9) * 1e6:.0f} us/request)",
                     f"dropped at cap {r['dropped']}; bound by "
                     + bound_by(r["worker_cpu_max"], r["dropped"], cores, a.servers),
                 ]

@@ -372,3 +372,34 @@ def test_cancel_ends_the_requests_in_flight() -> None:
 
     failures = _run(main())
     assert [(f.code, f.reason) for f in failures] == [("CANCELLED", "cancelled after the stop's drain")] * 2
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--protocol", "http-json", "--model", "image"], "needs --request-template FILE"),
+        (["--protocol", "http-json", "--request-template", "{t}"], "which payloads go into the template"),
+        (["--request-template", "{t}"], "--request-template needs --protocol http-json"),
+        (["--oip-binary", "always", "--model", "null"], "--oip-binary needs --protocol oip-http"),
+        (["--protocol", "oip-http", "--oip-model", "m", "--model", "image", "--oip-binary", "never"],
+         "image and null need the binary-data extension"),
+        (["--protocol", "oip-http", "--oip-model", "m", "--model", "null", "--target", "http://h:80"],
+         "takes HOST:PORT"),
+        (["--protocol", "http-json", "--request-template", "{t}", "--model", "image",
+          "--items", "1:0.5,2:0.5"],
+         "--request-template: {payload_b64} carries one item, but --items sends up to 2"),
+    ],
+)  # fmt: skip
+def test_http_flags_are_checked_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], says: str
+) -> None:
+    from netgain.cli import main
+
+    template = tmp_path / "t.json"
+    template.write_text(json.dumps({"path": "/p", "body": {"image": "{payload_b64}"}}))
+    flags = [f.replace("{t}", str(template)) for f in flags]
+    target = [] if "--target" in flags else ["--target", "127.0.0.1:9"]
+    assert main(["load", *target, "--out", str(tmp_path / "run"), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith("netgain load: error: ") and says in err, err
+    assert not (tmp_path / "run").exists()

@@ -1,8 +1,8 @@
 """A load-generator worker: a Locust worker (gevent) that relays for its sender engine.
 
 The Locust side talks to the master (plan, epoch, records, done) over Locust's own messaging;
-the sending happens in a child process (``loadgen.runner.engine``: asyncio and grpc.aio, no
-gevent) that this worker starts per plan and feeds over a pipe pair. Each batch of records
+the sending happens in a child process (``loadgen.runner.engine``: asyncio with grpc.aio or an
+HTTP/1.1 client, no gevent) that this worker starts per plan and feeds over a pipe pair. Each batch of records
 also fires Locust's request events, so Locust's statistics (web UI, CSV) see every request.
 """
 

@@ -112,7 +112,8 @@ def add_parser(sub: Any) -> None:
         type=int,
         default=1,
         help="TCP connections per worker per target (several server processes sharing one port, "
-        "or an L4 balancer, spread load per connection)",
+        "or an L4 balancer, spread load per connection); HTTP: opened before the run, and more as "
+        "requests overlap (one request per connection at a time)",
     )
     flag(
         p,
