@@ -4,12 +4,17 @@ fidelity at 80 % of one worker's capacity, and timing accuracy against the serve
 Targets (issue 3): >= 2,500 req/s per worker against the null model; 8 workers >= 7x one;
 at 80 % of capacity send-lag p99 <= 1 ms, achieved rate within 1 %, replayed inter-arrivals
 match the trace (KS <= 0.02).
+``--protocols netgain,oip-http,http-json`` measures the HTTP senders beside gRPC: capacity and
+fidelity against canned null HTTP servers (benchmarks/null_targets.py), stock Locust's FastHttpUser
+beside them (no accuracy rows: those servers' Server-Timing is canned). ``--canned`` puts gRPC
+against canned servers too (else `netgain serve --model null`), so the protocols compare alike.
 Usage: python benchmarks/bench_loadgen.py [--servers 4] [--workers 1,8] [--duration 10]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import csv
 import json
@@ -23,6 +28,7 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 from common import null_servers, table
+from null_targets import canned_servers
 
 from netgain.experiments.orchestrate import free_port, run_load
 from netgain.stats.quantiles import quantile
@@ -65,7 +71,39 @@ def ks_statistic(a: np.ndarray, b: np.ndarray) -> float:
     )
 
 
-def ours(target: str, out: str, rate: float, duration: float, workers: int, in_flight: int = 100_000) -> dict:
+HTTP_LOCUSTFILE = """
+from locust import FastHttpUser, task, constant
+
+class JsonUser(FastHttpUser):
+    \"\"\"Locust's fast HTTP client (geventhttpclient), closed loop: the same request as ours.\"\"\"
+    wait_time = constant(0)
+    @task
+    def predict(self):
+        self.client.post("/predict", data=BODY, headers={"Content-Type": "application/json"})
+"""
+
+
+def protocol_args(protocol: str, tmp: str) -> list[str]:
+    """``netgain load`` flags for ``protocol`` against the null servers of its kind."""
+    if protocol == "oip-http":
+        return ["--protocol", "oip-http", "--oip-model", "null", "--model", "null"]
+    if protocol == "http-json":
+        template = os.path.join(tmp, "request.json")
+        with open(template, "w") as fh:
+            json.dump({"path": "/predict", "body": {"data": "{payload_b64}"}}, fh)
+        return ["--protocol", "http-json", "--model", "null", "--request-template", template]
+    return []
+
+
+def ours(
+    target: str,
+    out: str,
+    rate: float,
+    duration: float,
+    workers: int,
+    in_flight: int = 100_000,
+    extra: list[str] | None = None,
+) -> dict:
     rc = run_load(
         [
             "--target",
@@ -90,6 +128,7 @@ def ours(target: str, out: str, rate: float, duration: float, workers: int, in_f
             "8",
             "--seed",
             "1",
+            *(extra or []),
         ],
         quiet=True,
     )
@@ -121,11 +160,15 @@ def ours(target: str, out: str, rate: float, duration: float, workers: int, in_f
     }
 
 
-def stock_locust(target: str, users: int, duration: float) -> dict:
+def stock_locust(target: str, users: int, duration: float, http: bool = False) -> dict:
     tmp = tempfile.mkdtemp()
     lf = os.path.join(tmp, "locustfile.py")
     with open(lf, "w") as fh:
-        fh.write(LOCUSTFILE)
+        if http:  # the body ours sends to /predict: a null payload, base64 in JSON
+            body = json.dumps({"data": base64.b64encode(bytes(64)).decode()})
+            fh.write(f"BODY = {body!r}\n" + HTTP_LOCUSTFILE)
+        else:
+            fh.write(LOCUSTFILE)
     prefix = os.path.join(tmp, "stats")
     env = dict(
         os.environ,
@@ -148,7 +191,7 @@ def stock_locust(target: str, users: int, duration: float) -> dict:
             "-t",
             f"{max(2, round(duration))}s",  # under ~2 s stock Locust may finish before its users send
             "-H",
-            target,
+            f"http://{target}" if http else target,
             "--csv",
             prefix,
             "--only-summary",
@@ -175,7 +218,7 @@ def server_cpu_s() -> dict[int, float]:
     out = {}
     for c in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            if "server" in c.cmdline()[1:3]:
+            if "server" in c.cmdline()[1:3] or any(a.endswith("null_targets.py") for a in c.cmdline()[1:3]):
                 t = c.cpu_times()
                 out[c.pid] = t.user + t.system
     return out
@@ -207,6 +250,103 @@ def fidelity_row(label: str, rate: float, fid: dict) -> list[object]:
     ]
 
 
+def servers(stack: contextlib.ExitStack, protocol: str, count: int, canned: bool) -> str:
+    """Fresh null servers for ``protocol``: netgain's null model over gRPC (``canned``: canned gRPC
+    ones), or canned HTTP ones."""
+    if protocol == "netgain" and not canned:
+        return null_servers(stack, count, free_port(), max_queue=100000, separate=True)
+    return canned_servers(stack, count, grpc=protocol == "netgain")
+
+
+def measure(a: argparse.Namespace, protocol: str, tmp: str, rows: list[list[object]]) -> tuple[dict, dict]:
+    """Capacity (each --workers count), stock Locust, scaling, then fidelity (and for gRPC accuracy)
+    on fresh servers, for one protocol; its rows go to ``rows``. Returns (results by workers, stock)."""
+    fractions = [float(x) for x in a.fractions.split(",")]
+    rates = [float(x) for x in a.rates.split(",") if x]
+    extra = protocol_args(protocol, tmp)
+    http = protocol != "netgain"
+    name = f"netgain load {protocol}" if http else "netgain load"
+    results: dict[int, dict] = {}
+    with contextlib.ExitStack() as stack:
+        target = servers(stack, protocol, a.servers, a.canned)
+        for w in (int(x) for x in a.workers.split(",")):
+            # Overloaded on purpose: the cap keeps greenlets from piling up past what the server
+            # answers, so the measured send rate is the generator's, not a backlog's.
+            cpu0, t0 = server_cpu_s(), time.monotonic()
+            out = os.path.join(tmp, f"{protocol}-cap{w}")
+            r = ours(target, out, a.overload_rate * w, a.duration, w, in_flight=2000, extra=extra)
+            cpu1, wall = server_cpu_s(), time.monotonic() - t0
+            # Averaged over the whole load command, its start-up included: a lower bound on the
+            # servers' CPU while the traffic ran.
+            cores = sum(cpu1[pid] - cpu0.get(pid, 0.0) for pid in cpu1) / wall
+            results[w] = r
+            rows.append(
+                [
+                    "capacity (open loop, overloaded)",
+                    f"{name} x{w}",
+                    round(r["achieved_rps"]),
+                    f"{r['achieved_rps'] / w:.0f}/worker",
+                    # CPU per request: robust to a shared host where wall-clock rates are not
+                    # (gRPC's own C threads are not in the loop's figure; an HTTP sender has none).
+                    f"sender loop CPU max {r['worker_cpu_max']:.2f} "
+                    f"(~{r['worker_cpu_max'] / max(r['achieved_rps'] / w, 1e-9) * 1e6:.0f} us/request)",
+                    f"dropped at cap {r['dropped']}; bound by "
+                    + bound_by(r["worker_cpu_max"], r["dropped"], cores, a.servers),
+                ]
+            )
+        # One server carries stock Locust's closed loop.
+        stock = stock_locust(target.split(",")[0], 10, a.duration, http=http)
+        client = "stock Locust FastHttpUser x1" if http else "stock Locust x1"
+        rows.append(["capacity (closed loop, 10 users)", client, round(stock["rps"]), "-", "-", "-"])
+        one = results[min(results)]["achieved_rps"]
+        if len(results) > 1:
+            rows.append(
+                [
+                    "scaling",
+                    f"{protocol} x{max(results)} / x{min(results)}",
+                    f"{results[max(results)]['achieved_rps'] / one:.2f}x",
+                    "-",
+                    "-",
+                    "-",
+                ]
+            )
+    leftover = [" ".join(c.cmdline()[-3:]) for c in psutil.Process().children(recursive=True)]
+    if leftover:
+        print(f"still running after the capacity runs: {leftover}", flush=True)
+    # Fidelity on fresh servers: after the overload runs, one H200 run showed send lag of hundreds
+    # of ms at 60 % that a run without them did not (2.8 ms p99), so nothing is carried over.
+    with contextlib.ExitStack() as stack:
+        target = servers(stack, protocol, a.servers, a.canned)
+        # Fidelity at each fraction of one worker's capacity; the last fraction also serves accuracy.
+        fid: dict = {}
+        label = f"{protocol} fidelity" if http else "fidelity"
+        for frac in fractions:
+            out = os.path.join(tmp, f"{protocol}-fid{frac:g}")
+            fid = ours(target, out, frac * one, a.duration, 1, extra=extra)
+            rows.append(fidelity_row(f"{label} @{frac * 100:.0f}% of one worker", frac * one, fid))
+        for rate in rates:
+            r = ours(target, os.path.join(tmp, f"{protocol}-rate{rate:g}"), rate, a.duration, 1, extra=extra)
+            rows.append(fidelity_row(f"{label} @{rate / one * 100:.0f}% (fixed rate)", rate, r))
+        if http or a.canned:  # a canned server's Server-Timing is no measurement to check against
+            return results, stock
+        # Accuracy: percentiles of our service time and stock Locust's against the server's own totals.
+        srv = fid["server_ms"]
+        for q in (50, 99):
+            s = quantile(srv, q / 100)
+            o = quantile(fid["service_ms"], q / 100)
+            rows.append(
+                [
+                    f"accuracy p{q}",
+                    f"server span {s:.3f} ms",
+                    f"ours {o:.3f} ms",
+                    f"ours-server {o - s:+.3f} ms",
+                    f"stock Locust {stock['p50' if q == 50 else 'p99']:.0f} ms",
+                    "stock rounds to ms",
+                ]
+            )
+    return results, stock
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--servers", type=int, default=4)
@@ -224,88 +364,30 @@ def main() -> None:
         default="",
         help="also run fidelity at these fixed rates in req/s (comma list), after the fractions",
     )
-    a = ap.parse_args()
-    fractions = [float(x) for x in a.fractions.split(",")]
-    rates = [float(x) for x in a.rates.split(",") if x]
-    port = free_port()
-    tmp = tempfile.mkdtemp()
-    rows, results = [], {}
-    with contextlib.ExitStack() as stack:
-        target = null_servers(stack, a.servers, port, max_queue=100000, separate=True)
-        for w in (int(x) for x in a.workers.split(",")):
-            # Overloaded on purpose: the cap keeps greenlets from piling up past what the server
-            # answers, so the measured send rate is the generator's, not a backlog's.
-            cpu0, t0 = server_cpu_s(), time.monotonic()
-            r = ours(target, os.path.join(tmp, f"cap{w}"), a.overload_rate * w, a.duration, w, in_flight=2000)
-            cpu1, wall = server_cpu_s(), time.monotonic() - t0
-            # Averaged over the whole load command, its start-up included: a lower bound on the
-            # servers' CPU while the traffic ran.
-            cores = sum(cpu1[pid] - cpu0.get(pid, 0.0) for pid in cpu1) / wall
-            results[w] = r
-            rows.append(
-                [
-                    "capacity (open loop, overloaded)",
-                    f"netgain load x{w}",
-                    round(r["achieved_rps"]),
-                    f"{r['achieved_rps'] / w:.0f}/worker",
-                    f"sender loop CPU max {r['worker_cpu_max']:.2f}",
-                    f"dropped at cap {r['dropped']}; bound by "
-                    + bound_by(r["worker_cpu_max"], r["dropped"], cores, a.servers),
-                ]
-            )
-        stock = stock_locust(target.split(",")[0], 10, a.duration)  # one server carries its closed loop
-        rows.append(
-            ["capacity (closed loop, 10 users)", "stock Locust x1", round(stock["rps"]), "-", "-", "-"]
-        )
-        one = results[min(results)]["achieved_rps"]
-        if len(results) > 1:
-            rows.append(
-                [
-                    "scaling",
-                    f"x{max(results)} / x{min(results)}",
-                    f"{results[max(results)]['achieved_rps'] / one:.2f}x",
-                    "-",
-                    "-",
-                    "-",
-                ]
-            )
-    leftover = [" ".join(c.cmdline()[-3:]) for c in psutil.Process().children(recursive=True)]
-    if leftover:
-        print(f"still running after the capacity runs: {leftover}", flush=True)
-    # Fidelity on fresh servers: after the overload runs, one H200 run showed send lag of hundreds
-    # of ms at 60 % that a run without them did not (2.8 ms p99), so nothing is carried over.
-    with contextlib.ExitStack() as stack:
-        target = null_servers(stack, a.servers, free_port(), max_queue=100000, separate=True)
-        # Fidelity at each fraction of one worker's capacity; the last fraction also serves accuracy.
-        fid: dict = {}
-        for frac in fractions:
-            fid = ours(target, os.path.join(tmp, f"fid{frac:g}"), frac * one, a.duration, 1)
-            rows.append(fidelity_row(f"fidelity @{frac * 100:.0f}% of one worker", frac * one, fid))
-        for rate in rates:
-            r = ours(target, os.path.join(tmp, f"rate{rate:g}"), rate, a.duration, 1)
-            rows.append(fidelity_row(f"fidelity @{rate / one * 100:.0f}% (fixed rate)", rate, r))
-        # Accuracy: percentiles of our service time and stock Locust's against the server's own totals.
-        srv = fid["server_ms"]
-        for q in (50, 99):
-            s = quantile(srv, q / 100)
-            o = quantile(fid["service_ms"], q / 100)
-            rows.append(
-                [
-                    f"accuracy p{q}",
-                    f"server span {s:.3f} ms",
-                    f"ours {o:.3f} ms",
-                    f"ours-server {o - s:+.3f} ms",
-                    f"stock Locust {stock['p50' if q == 50 else 'p99']:.0f} ms",
-                    "stock rounds to ms",
-                ]
-            )
-    print(table(rows, ["check", "setup", "result", "ratio", "detail", "detail"]))
-    print(
-        json.dumps(
-            {"per_worker_rps": {w: r["achieved_rps"] / w for w, r in results.items()}, "stock_locust": stock},
-            default=float,
-        )
+    ap.add_argument(
+        "--protocols",
+        default="netgain",
+        help="comma list of netgain (gRPC), oip-http, http-json: each measured in turn",
     )
+    ap.add_argument(
+        "--canned",
+        action="store_true",
+        help="gRPC against canned servers (benchmarks/null_targets.py) as HTTP is, not netgain serve",
+    )
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    rows: list[list[object]] = []
+    summary: dict[str, dict] = {}
+    for protocol in a.protocols.split(","):
+        if protocol not in ("netgain", "oip-http", "http-json"):
+            raise SystemExit(f"--protocols: unknown {protocol!r}")
+        results, stock = measure(a, protocol, tmp, rows)
+        summary[protocol] = {
+            "per_worker_rps": {w: r["achieved_rps"] / w for w, r in results.items()},
+            "stock_locust": stock,
+        }
+    print(table(rows, ["check", "setup", "result", "ratio", "detail", "detail"]))
+    print(json.dumps(summary, default=float))
 
 
 if __name__ == "__main__":

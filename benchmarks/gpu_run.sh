@@ -23,6 +23,7 @@ for s in ${STEPS:-smoke tests span efficiency frontend overhead loadgen}; do
     loadgen) step timeout 280 python3 bench_loadgen.py --servers 8 --workers 1,8 --duration 5 ;;
     loadgen_doc) step timeout 400 python3 bench_loadgen.py --servers 8 --workers 1 --duration 5 --overload-rate 16000 --fractions 0.6,0.8 ;;
     loadgen_fid) step timeout 200 python3 bench_loadgen.py --servers 8 --workers 1 --duration 5 --fractions 0.2,0.4,0.6,0.8 ;;
+    loadgen_http) step timeout 500 python3 bench_loadgen.py --servers 4 --workers 1 --duration 5 --protocols netgain,oip-http,http-json --canned --overload-rate 16000 --fractions 0.4,0.8 ;;
     graphs) (cd .. && step python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_server_gpu.py -k graphs) ;;
     reference) (cd .. && step bash benchmarks/reference.sh) ;;
     frontend) step python3 bench_frontend.py --servers 8,12 --client-procs 4 ;;

@@ -105,15 +105,22 @@ class PayloadFactory:
             self._inputs[key] = item
         return item
 
+    def key(self, index: int, size: int, items: int) -> tuple[int, int, int]:
+        """What decides schedule row ``index``'s request: (size bucket, variant, items)."""
+        return size_bucket(size), index % self.variants, items
+
+    def inputs(self, key: tuple[int, int, int]) -> list[pb.Input]:
+        """The items of the request ``key`` names: ``items`` consecutive variants of its bucket."""
+        bucket, variant, items = key
+        return [self._input(bucket, (variant + j) % self.variants) for j in range(items)]
+
     def request_bytes(self, index: int, size: int, items: int) -> bytes:
         """Serialized request for schedule row ``index``: the same bytes for the same index, size,
         items and seed."""
-        bucket = size_bucket(size)
-        variant = index % self.variants
-        key = (bucket, variant, items)
+        key = self.key(index, size, items)
         data = self._requests.get(key)
         if data is None:
-            inputs = [self._input(bucket, (variant + j) % self.variants) for j in range(items)]
+            inputs = self.inputs(key)
             if self.oip:
                 data = oip_request(self.oip, inputs)
             else:

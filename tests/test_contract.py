@@ -25,6 +25,9 @@ LOAD_SIDE = (
     "netgain.loadgen.payloads",
     "netgain.loadgen.runner.worker",
     "netgain.loadgen.runner.engine",
+    "netgain.loadgen.runner.grpc_sender",
+    "netgain.loadgen.runner.http_sender",
+    "netgain.loadgen.runner.http_probe",
     "netgain.loadgen.runner.frames",
     "netgain.loadgen.runner.wire",
 )

@@ -256,7 +256,7 @@ def test_loadgen_master_and_workers_agree_with_code() -> None:
     assert remote == worker_dep["spec"]["replicas"], "the master waits for exactly this many workers"
     assert m.workers == 0
     assert m.out and m.out.startswith("/runs/")
-    # round_robin over the pods: a dns:/// name of a headless Service (engine.channel_options)
+    # round_robin over the pods: a dns:/// name of a headless Service (grpc_sender.channel_options)
     assert m.target.startswith("dns:///"), m.target
     host, _, tport = m.target.removeprefix("dns:///").partition(":")
     assert host == "netgain-server-cpu-pods"

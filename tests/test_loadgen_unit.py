@@ -12,7 +12,7 @@ import pytest
 from netgain.contract.messages import Plan
 from netgain.contract.records import RECORD_COLUMNS, empty_columns
 from netgain.loadgen.payloads import PayloadFactory, size_bucket
-from netgain.loadgen.runner.engine import parse_trailers
+from netgain.loadgen.runner.grpc_sender import parse_trailers
 from netgain.loadgen.runner.live import LIVE_BOUNDS
 from netgain.loadgen.runner.scrape import Samples
 from netgain.loadgen.runner.sink import RecordSink
@@ -392,7 +392,7 @@ def _open_engine(rate: float, seconds: float, max_in_flight: int, delay_s: float
     plan = _plan(sched, worker=0, workers=1, max_in_flight=max_in_flight)
     engine = Engine(plan, io.BytesIO())
     engine.prepare()
-    engine.calls = [[call or (lambda body, metadata, timeout: _FakeCall(delay_s))]]
+    engine.sender.calls = [[call or (lambda body, metadata, timeout: _FakeCall(delay_s))]]
     engine.epoch_perf_ns = time.perf_counter_ns() + 20_000_000
     asyncio.run(asyncio.wait_for(engine._run_open(), seconds + 10.0))  # a hang fails, not stalls
     return engine
@@ -455,7 +455,7 @@ def test_wait_ready_says_when_there_is_no_health_service() -> None:
 def test_channel_options_round_robin_only_for_dns_targets() -> None:
     import json
 
-    from netgain.loadgen.runner.engine import CHANNEL_OPTIONS, ROUND_ROBIN, channel_options
+    from netgain.loadgen.runner.grpc_sender import CHANNEL_OPTIONS, ROUND_ROBIN, channel_options
 
     assert channel_options("127.0.0.1:50051", 1) == CHANNEL_OPTIONS  # pick_first, shared pool
     assert channel_options("127.0.0.1:50051", 4) == [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
@@ -473,7 +473,7 @@ def test_round_robin_service_config_spreads_calls_over_addresses() -> None:
 
     import grpc
 
-    from netgain.loadgen.runner.engine import ROUND_ROBIN, channel_options
+    from netgain.loadgen.runner.grpc_sender import ROUND_ROBIN, channel_options
 
     hits: list[int] = []
     servers, ports = [], []

@@ -1,7 +1,8 @@
-"""`netgain load --protocol oip` against a real Triton Inference Server (2.51, as bundled by
-nvidia-pytriton 0.7.0), not netgain's own OIP service: the probe reads Triton's ModelMetadata, the
-load generator's requests are served by Triton, every scheduled request gets a row, and the report
-names the attributions it cannot make without netgain's trailers.
+"""`netgain load --protocol oip` (KServe v2 gRPC) and `--protocol oip-http` (KServe v2 REST) against a
+real Triton Inference Server (2.51, as bundled by nvidia-pytriton 0.7.0), not netgain's own OIP
+service: the probe reads Triton's model metadata, the load generator's requests are served by
+Triton, every scheduled request gets a row, and the report names the attributions it cannot make
+without netgain's trailers.
 
 Triton runs from a separate virtualenv (nvidia-pytriton pins numpy<2 and tritonclient~=2.50), whose
 interpreter NETGAIN_TRITON_PYTHON names; tests/triton_server.py is the server it runs. Locally:
@@ -82,12 +83,16 @@ def _free_ports(n: int) -> list[int]:
 class Triton:
     proc: subprocess.Popen[bytes]
     grpc_port: int
+    http_port: int
     metrics_port: int
     log: Path
 
     @property
     def target(self) -> str:
         return f"{HOST}:{self.grpc_port}"
+
+    def target_for(self, protocol: str) -> str:
+        return f"{HOST}:{self.http_port if protocol == 'oip-http' else self.grpc_port}"
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-6000:]
@@ -149,7 +154,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Triton]:
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # its own process group, for the SIGKILL of last resort
         )
-    server = Triton(proc, grpc_port, metrics_port, log)
+    server = Triton(proc, grpc_port, http_port, metrics_port, log)
     try:
         _wait_ready(server)
         yield server
@@ -157,10 +162,10 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Triton]:
         _stop(proc)
 
 
-def _load(triton: Triton, out: Path, oip_model: str, model: str, *extra: str) -> Any:
+def _load(triton: Triton, out: Path, oip_model: str, model: str, *extra: str, protocol: str = "oip") -> Any:
     return run_netgain(
-        "load", "--target", triton.target, "--protocol", "oip", "--oip-model", oip_model, "--model", model,
-        "--out", str(out), *LOAD_FLAGS, *extra,
+        "load", "--target", triton.target_for(protocol), "--protocol", protocol, "--oip-model", oip_model,
+        "--model", model, "--out", str(out), *LOAD_FLAGS, *extra,
     )  # fmt: skip
 
 
@@ -172,13 +177,19 @@ def _one_row_each(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return meta, rows
 
 
+PROTOCOLS = pytest.mark.parametrize("protocol", ["oip", "oip-http"])
+
+
+@PROTOCOLS
 @pytest.mark.parametrize(
     ("oip_model", "model"), [("null", "null"), ("image_jpeg", "image"), ("tabular_sum", "tabular")]
 )
-def test_load_against_triton(triton: Triton, tmp_path: Path, oip_model: str, model: str) -> None:
+def test_load_against_triton(
+    triton: Triton, tmp_path: Path, oip_model: str, model: str, protocol: str
+) -> None:
     before = triton.counter("nv_inference_request_success", oip_model)
     out = tmp_path / "run"
-    load = _load(triton, out, oip_model, model)
+    load = _load(triton, out, oip_model, model, protocol=protocol)
     assert load.returncode == 0, load.stderr + load.stdout
     meta, rows = _one_row_each(out)
     assert set(rows["status"].tolist()) == {"OK"}
@@ -187,10 +198,15 @@ def test_load_against_triton(triton: Triton, tmp_path: Path, oip_model: str, mod
     assert (service > 0).all() and (latency >= service).all()
     assert (rows["response_bytes"] > 0).all()
     assert np.isnan(rows["server_total_ms"].astype(float)).all()  # Triton sends no server-timing trailer
+    if protocol == "oip-http":
+        assert set(rows["http_status"].tolist()) == {200}
+    else:
+        assert np.isnan(rows["http_status"].astype(float)).all()
     # Triton's own counter saw each request the rows call OK, no more and no fewer.
     assert triton.counter("nv_inference_request_success", oip_model) - before == len(rows["status"])
     cfg = meta["config"]
-    assert cfg["protocol"] == "oip" and cfg["oip_model"] == oip_model and cfg["targets"] == [triton.target]
+    assert cfg["protocol"] == protocol and cfg["oip_model"] == oip_model
+    assert cfg["targets"] == [triton.target_for(protocol)]
     assert meta["server"]["model"] == oip_model and meta["server"]["versions"]["platform"] == "python"
     assert meta["validity"]["valid"] is True
 
@@ -200,22 +216,29 @@ def test_load_against_triton(triton: Triton, tmp_path: Path, oip_model: str, mod
     gaps = summary["attribution_gaps"]
     n_ok = int((~rows["warmup"]).sum())
     assert any(f"no server-timing trailer on {n_ok} of {n_ok} successful requests" in g for g in gaps)
-    assert any("from the oip target (platform python)" in g for g in gaps)
+    assert any(f"from the {protocol} target (platform python)" in g for g in gaps)
     assert any(g.startswith("batch sizes are unknown without the trailer") for g in gaps)
     assert any(g.startswith("an Open Inference Protocol run reads no ServerInfo") for g in gaps)
     for gap in gaps:  # and says so in the text report, as warnings
         assert f"warning: {gap}" in report.stdout
 
 
-def test_model_triton_fails(triton: Triton, tmp_path: Path) -> None:
-    """Every request fails in the model: each row carries Triton's code (INTERNAL); the run is a
-    valid measurement of a failing target, so it exits 5 (REQUESTS FAILED ... none succeeded)."""
+@PROTOCOLS
+def test_model_triton_fails(triton: Triton, tmp_path: Path, protocol: str) -> None:
+    """Every request fails in the model: each row carries Triton's code (INTERNAL; over REST, its
+    HTTP 500 and message); the run is a valid measurement of a failing target, so it exits 5
+    (REQUESTS FAILED ... none succeeded)."""
     before = triton.counter("nv_inference_request_failure", "fail")
     out = tmp_path / "run"
-    load = _load(triton, out, "fail", "null")
+    load = _load(triton, out, "fail", "null", protocol=protocol)
     assert load.returncode == 5, load.stderr + load.stdout
     meta, rows = _one_row_each(out)
     assert set(rows["status"].tolist()) == {"INTERNAL"}
+    reason = "Failed to process the request(s) for model 'fail_0_0'"
+    if protocol == "oip-http":
+        assert set(rows["http_status"].tolist()) == {500}
+        reason = "HTTP 500: " + reason
+    assert all(e.startswith(reason) and "the fail model fails every request" in e for e in rows["error"])
     assert triton.counter("nv_inference_request_failure", "fail") - before == len(rows["status"])
     n = len(rows["status"])
     assert meta["counts"]["ok"] == 0 and meta["counts"]["errors"] == n
@@ -227,12 +250,15 @@ def test_model_triton_fails(triton: Triton, tmp_path: Path) -> None:
     )
 
 
-def test_model_triton_lacks(triton: Triton, tmp_path: Path) -> None:
+@PROTOCOLS
+def test_model_triton_lacks(triton: Triton, tmp_path: Path, protocol: str) -> None:
     """A model Triton does not serve: the probe refuses it before any load (Triton answers its
-    metadata NOT_FOUND), with one line naming the model and the flag, exit 2; nothing is written."""
+    metadata NOT_FOUND, over REST 404), with one line naming the model and the flag, exit 2; nothing
+    is written."""
     out = tmp_path / "run"
-    load = _load(triton, out, "resnet50", "image", "--wait-ready-s", "1")
+    load = _load(triton, out, "resnet50", "image", "--wait-ready-s", "1", protocol=protocol)
     assert load.returncode == 2, load.stderr + load.stdout
-    assert f"target {triton.target} has no ready Open Inference Protocol model 'resnet50'" in load.stderr
+    target = triton.target_for(protocol)
+    assert f"target {target} has no ready Open Inference Protocol model 'resnet50'" in load.stderr
     assert "--oip-model names it" in load.stderr
     assert not (out / "meta.json").exists() and not (out / "requests.parquet").exists()

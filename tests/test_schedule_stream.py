@@ -175,7 +175,7 @@ def _engine_peak(seconds: float, rate: float) -> tuple[int, int]:
     )  # fmt: skip
     engine = Engine(plan, _Null())  # type: ignore[arg-type]
     engine.prepare()
-    engine.calls = [[lambda body, metadata, timeout: _Answered()]]
+    engine.sender.calls = [[lambda body, metadata, timeout: _Answered()]]
     queued: dict[str, Any] | None = next(parts, None)
 
     async def deal() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from netgain.contract.rundir import DEFAULT_MAX_SEND_LAG_MS
 
@@ -37,8 +38,12 @@ class LoadConfig:
     refused_grace_s: float | None = None  # a refused connection fails after this (None: waited for)
     payload_variants: int = 8  # distinct payloads per size bucket
     tls_ca: str | None = None
-    protocol: str = "netgain"  # "oip": the Open Inference Protocol (KServe v2 gRPC), any such server
+    # "oip": the Open Inference Protocol (KServe v2 gRPC), any such server; "oip-http": its REST
+    # form; "http-json": any JSON endpoint (request_template)
+    protocol: str = "netgain"
     oip_model: str | None = None  # the OIP model name requests carry (default: --model)
+    oip_binary: str = "auto"  # oip-http: the binary-data extension (auto | always | never)
+    request_template: dict[str, Any] | None = None  # http-json: the --request-template, normalised
     probe: str = "all"  # "first": only the first target must be ready (scale-up drills)
     quiet: bool = False
     command: list[str] = field(default_factory=list)

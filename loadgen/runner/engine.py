@@ -1,4 +1,5 @@
-"""The sender engine of one load-generator worker: asyncio + grpc.aio in a process without gevent.
+"""The sender engine of one load-generator worker: asyncio in a process without gevent, sending
+with the run's protocol's ``Sender`` (grpc.aio, or HTTP/1.1: ``sender``).
 
 The Locust worker (gevent) relays between the master and this process over a pipe pair (see
 ``frames``). Sending here rather than in the worker avoids gRPC's gevent integration, which hands
@@ -17,7 +18,6 @@ import collections
 import contextlib
 import ctypes
 import fcntl
-import json
 import logging
 import math
 import os
@@ -27,14 +27,12 @@ import threading
 import time
 from typing import IO, Any
 
-import grpc
 import numpy as np
 
 from netgain.contract.messages import Plan
-from netgain.contract.phases import PHASES, REQUEST_ID_KEY, TIMING_KEY, parse_trailer
-from netgain.contract.records import PHASE_COLUMNS, SERVER_COLUMNS, empty_columns
-from netgain.loadgen.payloads import PayloadFactory
+from netgain.contract.records import empty_columns
 from netgain.loadgen.runner import frames
+from netgain.loadgen.runner.sender import ANSWER_COLUMNS, make_sender
 
 log = logging.getLogger("netgain.loadgen")
 FLUSH_INTERVAL_S = 0.25
@@ -45,50 +43,6 @@ NAP_S = 30e-6  # one nap while polling: bounds both send lag and the delay in se
 # µs, which showed as send jitter and as a KS distance between sent and scheduled inter-arrivals.
 SPIN_S = 60e-6
 MAX_BURST = 4  # requests sent without yielding when they are already due
-# Reconnect within ~0.5 s of a restarted server: gRPC's default backoff (1 s, x1.6, up to 120 s)
-# keeps failing requests long after the server is back (tests/test_reliability_faults.py).
-CHANNEL_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 500),
-]
-# A dns:/// target (a headless Service) resolves to every ready pod; round_robin spreads each
-# channel's requests over all of them (gRPC's default, pick_first, sends everything to one).
-ROUND_ROBIN = ("grpc.service_config", json.dumps({"loadBalancingConfig": [{"round_robin": {}}]}))
-
-
-def channel_options(target: str, connections: int) -> list[tuple[str, Any]]:
-    """Options of each of a target's ``connections`` channels: reconnect backoff; a local
-    subchannel pool when there are several (gRPC otherwise shares one connection among channels
-    with the same target and options); round_robin over the resolved addresses for a ``dns:``
-    target. A plain HOST:PORT keeps pick_first, so its ``--connections`` are unchanged."""
-    opts: list[tuple[str, Any]] = list(CHANNEL_OPTIONS)
-    if connections > 1:
-        opts.append(("grpc.use_local_subchannel_pool", 1))
-    if target.startswith("dns:"):
-        opts.append(ROUND_ROBIN)
-    return opts
-
-
-_NO_SERVER: dict[str, Any] = dict.fromkeys(SERVER_COLUMNS)
-_TIMING_COLUMNS = tuple(zip((*PHASES, "total"), (*PHASE_COLUMNS, "server_total_ms"), strict=True))
-
-
-def parse_trailers(md: Any) -> dict[str, Any]:
-    """Server phases, total and batch from trailing metadata; missing values are None.
-    Runs once per response in the sender process, so column names are built once, here."""
-    out = dict(_NO_SERVER)
-    for key, value in md or ():
-        if key == TIMING_KEY:
-            try:
-                timing, batch = parse_trailer(value)
-            except ValueError:
-                continue
-            for name, column in _TIMING_COLUMNS:
-                out[column] = timing.get(name)
-            if batch is not None and batch[0] >= 0:
-                out["batch_id"], out["batch_size"] = batch
-    return out
 
 
 class PreciseSelector(selectors.EpollSelector):
@@ -139,35 +93,29 @@ class Engine:
         self.sent = self.done = self.dropped = 0
         self.epoch_perf_ns = 0
         self.index, self.t_ns, self.size, self.items = plan.arrays()
-        self.bodies: list[bytes] = []
+        self.bodies: list[Any] = []  # the sender's messages, one per request of the part being sent
         # Open loop: parts of the shard still to come (``plan.more``) arrive as CHUNK frames and
         # wait here; only the part being sent and those queued (SEND_AHEAD_S of the schedule) are held.
-        self._parts: collections.deque[tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]] = (
+        self._parts: collections.deque[tuple[np.ndarray, np.ndarray, np.ndarray, list[Any]]] = (
             collections.deque()
         )
         self._more = plan.more
         self._waiting = False  # every request held is sent; the next part has not come yet
-        self.payloads = PayloadFactory(
-            plan.model, plan.handler_options, plan.seed, variants=int(plan.extra.get("payload_variants", 8))
-        )
+        self.sender = make_sender(plan)
         self.selector: PreciseSelector | None = None
         self._next = 0  # open loop: the next request to send
         self._tasks: set[asyncio.Task[None]] = set()
         self._all_sent: asyncio.Future[None] | None = None
-        self._calls: set[Any] = set()  # gRPC calls in flight, cancelled when a stop's drain runs out
         self.stopping = False
         self._cpu_mark = self._run_mark = self._mark()
 
     def prepare(self) -> None:
         self.bodies = self.build(self.index, self.size, self.items)
 
-    def build(self, index: np.ndarray, size: np.ndarray, items: np.ndarray) -> list[bytes]:
-        return [
-            self.payloads.request_bytes(int(i), int(s), int(k))
-            for i, s, k in zip(index, size, items, strict=True)
-        ]
+    def build(self, index: np.ndarray, size: np.ndarray, items: np.ndarray) -> list[Any]:
+        return self.sender.build(index, size, items)
 
-    def add_part(self, data: dict[str, Any], bodies: list[bytes] | None = None) -> None:
+    def add_part(self, data: dict[str, Any], bodies: list[Any] | None = None) -> None:
         """The next part of the shard (a CHUNK frame's data; ``bodies`` built already, or here)."""
         if self.stopping:
             return
@@ -194,11 +142,7 @@ class Engine:
         self._more = self._waiting = False
         if self._all_sent is not None and not self._all_sent.done():
             self._all_sent.set_result(None)
-        asyncio.get_running_loop().call_later(max(0.0, grace_s), self._cancel_in_flight)
-
-    def _cancel_in_flight(self) -> None:
-        for call in list(self._calls):
-            call.cancel()
+        asyncio.get_running_loop().call_later(max(0.0, grace_s), self.sender.cancel)
 
     def _advance(self) -> bool:
         """Whether a request is left to send, moving on to the next part when this one is spent."""
@@ -210,31 +154,10 @@ class Engine:
         self._next = 0
         return True
 
-    def _channels(self) -> list[list[grpc.aio.Channel]]:
-        """``connections`` channels per target (options: ``channel_options``). With round_robin
-        (a ``dns:`` target) each channel connects to every resolved address: N per pod."""
-        n = max(1, self.plan.connections)
-        creds = None
-        if self.plan.tls_ca:
-            with open(self.plan.tls_ca, "rb") as fh:
-                creds = grpc.ssl_channel_credentials(fh.read())
-        out = []
-        for t in self.plan.targets:
-            opts = channel_options(t, n)
-            out.append(
-                [
-                    grpc.aio.secure_channel(t, creds, opts) if creds else grpc.aio.insecure_channel(t, opts)
-                    for _ in range(n)
-                ]
-            )
-        return out
-
     async def run(self, epoch_unix_ns: int) -> None:
         self.epoch_perf_ns = time.perf_counter_ns() + (epoch_unix_ns - time.time_ns())
         self._cpu_mark = self._run_mark = self._mark()
-        channels = self._channels()
-        # Bytes in, bytes out: requests are pre-serialized and responses only measured.
-        self.calls = [[ch.unary_unary(self.payloads.method, None, None) for ch in per] for per in channels]
+        await self.sender.open()
         flusher = asyncio.get_running_loop().create_task(self._flush_loop())
         try:
             if self.plan.mode == "closed":
@@ -244,9 +167,7 @@ class Engine:
         finally:
             flusher.cancel()
             self._flush()
-            for per in channels:
-                for ch in per:
-                    await ch.close(None)
+            await self.sender.close()
             done = {"sent": self.sent, "done": self.done, "dropped": self.dropped}
             frames.write_frame(self.out, frames.DONE, {**done, "cpu_ratio": self._ratio(self._run_mark)})
 
@@ -279,7 +200,7 @@ class Engine:
                 self.dropped += 1
                 self._record(j, None, None, "DROPPED", 0, {})
             else:
-                what = (int(self.t_ns[j]), int(self.items[j]), len(self.bodies[j]))
+                what = (int(self.t_ns[j]), int(self.items[j]), self.sender.size(self.bodies[j]))
                 task = loop.create_task(self._complete(*what, *self._start(j)))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
@@ -339,58 +260,29 @@ class Engine:
 
     # -- one request ------------------------------------------------------------------------
     def _start(self, j: int, index: int | None = None) -> tuple[Any, int, int, int]:
-        """Hand request ``j`` to gRPC now; returns (call, sent ns, request index, target)."""
+        """Hand request ``j`` to the sender now; returns (pending, sent ns, request index, target)."""
         idx = int(self.index[j]) if index is None else index
-        target = idx % len(self.calls)
-        conns = self.calls[target]
+        target = idx % len(self.plan.targets)
         self.in_flight += 1
         sent = time.perf_counter_ns() - self.epoch_perf_ns
-        call = conns[(idx // len(self.calls)) % len(conns)](
-            self.bodies[j],
-            metadata=((REQUEST_ID_KEY, f"{self.plan.run_id}-{idx}"),),
-            timeout=self.plan.timeout_s,
-        )
-        self._calls.add(call)
-        return call, sent, idx, target
+        return self.sender.start(self.bodies[j], idx, target), sent, idx, target
 
     async def _complete(
-        self, scheduled_ns: int, items: int, req_bytes: int, call: Any, sent: int, idx: int, target: int
+        self, scheduled_ns: int, items: int, req_bytes: int, pending: Any, sent: int, idx: int, target: int
     ) -> None:
-        try:
-            raw = await call
-            md: Any = await call.trailing_metadata()
-            status, resp_bytes = "OK", len(raw)
-        except grpc.aio.AioRpcError as exc:
-            status, resp_bytes, md = exc.code().name, 0, exc.trailing_metadata()
-        except asyncio.CancelledError:
-            if not (self.stopping and call.cancelled()):
-                raise
-            status, resp_bytes, md = "CANCELLED", 0, None  # drained too long after an interrupt
-        self._calls.discard(call)
+        status, resp_bytes, answer = await self.sender.finish(pending)
         done = time.perf_counter_ns() - self.epoch_perf_ns
         self.in_flight -= 1
         self.sent += 1
         self.done += 1
-        self._record(
-            -1,
-            sent,
-            done,
-            status,
-            resp_bytes,
-            parse_trailers(md),
-            scheduled_ns,
-            idx,
-            target,
-            items,
-            req_bytes,
-        )
+        self._record(-1, sent, done, status, resp_bytes, answer, scheduled_ns, idx, target, items, req_bytes)
         # A request that fell due while a batch's responses were handled goes out now; one at most,
         # since more delay the done times of the responses still waiting (docs/benchmarks.md).
         if self._all_sent is not None and self._due():
             self._tick(arm=False)
 
     async def _fire(self, j: int, scheduled_ns: int, index: int | None = None) -> None:
-        what = (scheduled_ns, int(self.items[j]), len(self.bodies[j]) if self.bodies else 0)
+        what = (scheduled_ns, int(self.items[j]), self.sender.size(self.bodies[j]) if self.bodies else 0)
         await self._complete(*what, *self._start(j, index))
 
     def _record(
@@ -400,7 +292,7 @@ class Engine:
         done: int | None,
         status: str,
         resp_bytes: int,
-        server: dict[str, Any],
+        answer: dict[str, Any],
         scheduled_ns: int | None = None,
         idx: int | None = None,
         target: int | None = None,
@@ -422,11 +314,11 @@ class Engine:
         c["status"].append(status)
         c["items"].append(int(self.items[j]) if items is None else items)
         if req_bytes is None:
-            req_bytes = len(self.bodies[j]) if self.bodies else 0
+            req_bytes = self.sender.size(self.bodies[j]) if self.bodies else 0
         c["request_bytes"].append(req_bytes)
         c["response_bytes"].append(resp_bytes)
-        for key in SERVER_COLUMNS:
-            c[key].append(server.get(key))
+        for key in ANSWER_COLUMNS:
+            c[key].append(answer.get(key))
 
     # -- CPU and flushing -------------------------------------------------------------------
     def _mark(self) -> tuple[float, float]:
@@ -436,7 +328,7 @@ class Engine:
     def _ratio(self, mark: tuple[float, float]) -> float:
         """CPU of the event-loop thread over wall time since ``mark`` (1.0 = one core, saturated).
         Naps sleep and spinning is subtracted, so both count as idle; gRPC's own core threads are
-        not counted."""
+        not counted (an HTTP sender does all its work on this thread)."""
         now = self._mark()
         return (now[1] - mark[1]) / max(1e-9, now[0] - mark[0])
 

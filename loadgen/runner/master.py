@@ -23,6 +23,7 @@ from netgain.contract.messages import CHUNK, DONE, GO, HELLO, PLAN, READY, RECOR
 from netgain.loadgen.runner import endpoints, results
 from netgain.loadgen.runner.config import LoadConfig
 from netgain.loadgen.runner.hoststat import HostSampler
+from netgain.loadgen.runner.http_probe import probe_json_target, probe_oip_http_target
 from netgain.loadgen.runner.live import ClientMetrics, LiveStats
 from netgain.loadgen.runner.meta import build_meta
 from netgain.loadgen.runner.plans import SEND_AHEAD_S, Dealer, first_plans, shard_arrays
@@ -107,14 +108,7 @@ class Master:
     def run(self) -> int:
         cfg = self.cfg
         probed = cfg.targets if cfg.probe == "all" else cfg.targets[:1]
-        infos = [
-            probe_oip_target(t, cfg.oip_model or "", cfg.model or "", cfg.wait_ready_s, cfg.tls_ca, self.log)
-            if cfg.protocol == "oip"
-            else probe_target(
-                t, cfg.wait_ready_s, cfg.tls_ca, say=self.log, refused_grace_s=cfg.refused_grace_s
-            )
-            for t in probed
-        ]
+        infos = [self._probe(t) for t in probed]
         os.makedirs(cfg.out, exist_ok=True)
         # Which requests have rows is the dealer's to know, over the window it deals.
         self.sink = RecordSink(os.path.join(cfg.out, files.REQUESTS), None)
@@ -124,6 +118,20 @@ class Master:
             return self._run(infos, model)
         finally:
             signal.signal(signal.SIGINT, previous)
+
+    def _probe(self, target: str) -> Any:
+        """The target's ServerInfo (or what stands for it), once it is ready."""
+        cfg = self.cfg
+        if cfg.protocol == "oip":
+            return probe_oip_target(
+                target, cfg.oip_model or "", cfg.model or "", cfg.wait_ready_s, cfg.tls_ca, self.log
+            )
+        wait = (cfg.wait_ready_s, cfg.tls_ca, self.log, cfg.refused_grace_s)
+        if cfg.protocol == "oip-http":
+            return probe_oip_http_target(target, cfg.oip_model or "", cfg.model or "", *wait)
+        if cfg.protocol == "http-json":
+            return probe_json_target(target, cfg.request_template or {}, cfg.model or "", *wait)
+        return probe_target(target, *wait[:3], refused_grace_s=cfg.refused_grace_s)
 
     def _run(self, infos: list[Any], model: str) -> int:
         from locust.env import Environment

@@ -39,18 +39,23 @@ def build_meta(
         web_port=master.web_port,
         web_port_requested=cfg.web_port,
     )
+    if cfg.request_template is not None:
+        config["request_template"] = redacted(cfg.request_template)
+    client = {
+        "python": platform.python_version(),
+        "grpc": grpc.__version__,
+        "locust": getattr(locust, "__version__", ""),
+        "netgain": _version("netgain"),
+    }
+    if cfg.protocol in ("oip-http", "http-json"):
+        client["geventhttpclient"] = _version("geventhttpclient")  # its parser reads the answers
     return {
         "schema": files.SCHEMA_VERSION,
         "run_id": master.run_id,
         "command": cfg.command,
         "config": config,
         "versions": {
-            "client": {
-                "python": platform.python_version(),
-                "grpc": grpc.__version__,
-                "locust": getattr(locust, "__version__", ""),
-                "netgain": _netgain_version(),
-            },
+            "client": client,
             "server": server.get("versions", {}),
         },
         "host": {
@@ -82,10 +87,21 @@ def build_meta(
     }
 
 
-def _netgain_version() -> str:
+#: Header values a run directory does not keep (they are credentials).
+SECRET_HEADERS = ("authorization", "proxy-authorization", "cookie", "x-api-key", "api-key")
+
+
+def redacted(template: dict[str, Any]) -> dict[str, Any]:
+    """A request template as meta.json keeps it: credentials' values replaced by ``<redacted>``."""
+    headers = template.get("headers") or {}
+    clean = {k: "<redacted>" if k.lower() in SECRET_HEADERS else v for k, v in headers.items()}
+    return {**template, "headers": clean}
+
+
+def _version(distribution: str) -> str:
     try:
         from importlib.metadata import version
 
-        return version("netgain")
+        return version(distribution)
     except Exception:
         return ""

@@ -128,6 +128,16 @@ class Dealer:
         return fill
 
 
+def http_form(cfg: LoadConfig) -> dict[str, Any]:
+    """The request form an HTTP protocol's senders build: the template (http-json), the tensor
+    encoding (oip-http); empty for gRPC."""
+    if cfg.protocol == "http-json":
+        return dict(cfg.request_template or {})
+    if cfg.protocol == "oip-http":
+        return {"binary": cfg.oip_binary}
+    return {}
+
+
 def first_plans(
     cfg: LoadConfig,
     first: list[Schedule],
@@ -145,6 +155,7 @@ def first_plans(
     options go to every worker)."""
     users = split_concurrency(cfg.concurrency, workers)
     for cid, i in index_of.items():
+        shard = shard_arrays(first, i, workers)
         yield (
             cid,
             Plan(
@@ -166,6 +177,11 @@ def first_plans(
                 tls_ca=cfg.tls_ca,
                 more=more,
                 extra={"payload_variants": cfg.payload_variants},
-                **shard_arrays(first, i, workers),
+                protocol=cfg.protocol,
+                http=http_form(cfg),
+                index=shard["index"],
+                t_ns=shard["t_ns"],
+                size=shard["size"],
+                items=shard["items"],
             ),
         )

@@ -163,30 +163,43 @@ def probe_oip_target(
                 say(f"waiting up to {wait_ready_s:g} s for {target} model {model_name!r} ({last})")
                 said = True
             time.sleep(0.2)
-    if len(meta.inputs) != 1:
-        names = ", ".join(t.name for t in meta.inputs)
+    inputs = [(t.name, t.datatype, [int(d) for d in t.shape]) for t in meta.inputs]
+    return oip_server_info(model_name, payload_model, meta.name, meta.platform, inputs, "oip")
+
+
+def oip_server_info(
+    model_name: str,
+    payload_model: str,
+    name: str,
+    platform: str,
+    inputs: list[tuple[str, str, list[int]]],
+    protocol: str,
+) -> Any:
+    """What a probe of an Open Inference Protocol model (gRPC or REST) returns, from its metadata:
+    a ServerInfoResponse whose ``handler_options`` carry its one input tensor (``oip.*`` keys, read
+    by the senders). NetgainError when netgain cannot feed the model (not one BYTES or FP32 input)."""
+    if len(inputs) != 1:
+        names = ", ".join(t[0] for t in inputs)
+        raise NetgainError(f"model {model_name!r} takes {len(inputs)} inputs ({names}); netgain sends one")
+    tensor, datatype, shape = inputs[0]
+    if datatype not in ("BYTES", "FP32"):
         raise NetgainError(
-            f"model {model_name!r} takes {len(meta.inputs)} inputs ({names}); netgain sends one"
-        )
-    tensor = meta.inputs[0]
-    if tensor.datatype not in ("BYTES", "FP32"):
-        raise NetgainError(
-            f"model {model_name!r} input {tensor.name!r} is {tensor.datatype}; netgain sends BYTES "
+            f"model {model_name!r} input {tensor!r} is {datatype}; netgain sends BYTES "
             "(image, text, null payloads) or FP32 rows (tabular)"
         )
     options = {
         "oip.model": model_name,
-        "oip.input": tensor.name,
-        "oip.datatype": tensor.datatype,
-        "oip.shape": ",".join(str(d) for d in tensor.shape),
+        "oip.input": tensor,
+        "oip.datatype": datatype,
+        "oip.shape": ",".join(str(d) for d in shape),
     }
-    if tensor.datatype == "FP32" and len(tensor.shape) >= 2 and tensor.shape[-1] > 0:
-        options["features"] = str(tensor.shape[-1])
+    if datatype == "FP32" and len(shape) >= 2 and shape[-1] > 0:
+        options["features"] = str(shape[-1])
     return pb.ServerInfoResponse(
-        model=meta.name,
+        model=name,
         handler=payload_model,
         handler_options=options,
         metrics_port=-1,
         ready=True,
-        versions={"protocol": "oip", "platform": meta.platform},
+        versions={"protocol": protocol, "platform": platform},
     )

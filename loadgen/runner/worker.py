@@ -1,8 +1,8 @@
 """A load-generator worker: a Locust worker (gevent) that relays for its sender engine.
 
 The Locust side talks to the master (plan, epoch, records, done) over Locust's own messaging;
-the sending happens in a child process (``loadgen.runner.engine``: asyncio and grpc.aio, no
-gevent) that this worker starts per plan and feeds over a pipe pair. Each batch of records
+the sending happens in a child process (``loadgen.runner.engine``: asyncio with grpc.aio or an
+HTTP/1.1 client, no gevent) that this worker starts per plan and feeds over a pipe pair. Each batch of records
 also fires Locust's request events, so Locust's statistics (web UI, CSV) see every request.
 """
 
@@ -28,7 +28,22 @@ SURPLUS_EXIT = 3  # the master has every worker it expects: this one was not use
 LOCAL_WORKER_ENV = "NETGAIN_LOAD_LOCAL_WORKER"
 
 
-def fire_request_events(events: Any, cols: dict[str, Any]) -> None:
+def request_name(plan: dict[str, Any]) -> tuple[str, str]:
+    """(request type, name) of a plan's requests in Locust's statistics: ``grpc Infer``, or for
+    HTTP the method and path (``http POST /v2/models/m/infer``)."""
+    http = plan.get("http") or {}
+    protocol = plan.get("protocol", "netgain")
+    if protocol == "oip-http":
+        model = (plan.get("handler_options") or {}).get("oip.model", "")
+        return "http", f"POST /v2/models/{model}/infer"
+    if protocol == "http-json":
+        return "http", f"{http.get('method', 'POST')} {http.get('path', '')}"
+    return "grpc", "Infer"
+
+
+def fire_request_events(
+    events: Any, cols: dict[str, Any], request_type: str = "grpc", name: str = "Infer"
+) -> None:
     """Locust's request event per record: latency from the intended send time, in ms; anything
     but OK is a failure named by its status (DROPPED ones included)."""
     fire = events.request.fire
@@ -36,8 +51,8 @@ def fire_request_events(events: Any, cols: dict[str, Any]) -> None:
         cols["scheduled_ns"], cols["done_ns"], cols["status"], cols["response_bytes"], strict=True
     ):
         fire(
-            request_type="grpc",
-            name="Infer",
+            request_type=request_type,
+            name=name,
             response_time=(done - sched) / 1e6 if done is not None else 0.0,
             response_length=size or 0,
             exception=None if status == "OK" else RuntimeError(status),
@@ -50,6 +65,7 @@ class EngineLink:
 
     def __init__(self, plan: dict[str, Any], send: Any, runner: Any) -> None:
         self.worker = int(plan.get("worker", -1))
+        self.request_type, self.name = request_name(plan)
         self.send = send
         self.runner = runner
         self.proc = subprocess.Popen(
@@ -85,7 +101,7 @@ class EngineLink:
             if kind == frames.READY:
                 self.send(READY, {**data, "worker": self.worker, "pid": os.getpid()})
             elif kind == frames.RECORDS:
-                fire_request_events(self.runner.environment.events, data)
+                fire_request_events(self.runner.environment.events, data, self.request_type, self.name)
                 self.send(
                     RECORDS,
                     {

@@ -18,8 +18,9 @@ first match wins:
    named with its figure, or ``host-contention`` when none of the server's resources is near
    saturation while other processes (or steal time) take the host's CPU.
 6. ``unsaturated`` otherwise.
-Without the target's netgain telemetry (``--protocol oip``: no ServerInfo, no netgain /metrics) the
-server is not judged: its kind is ``unknown``, named only when the load generator's is not.
+Without the target's netgain telemetry (``--protocol oip``, ``oip-http``, ``http-json``: no
+ServerInfo, no netgain /metrics) the server is not judged: its kind is ``unknown``, named only when
+the load generator's is not.
 Backlog: the queue-depth (or in-flight) fit rises by >= QUEUE_RISE requests over the window, or
 the mean queue depth is >= half the server's max_queue_size, or the server shed requests.
 
@@ -411,7 +412,8 @@ def classify(
     else:
         server = {"kind": "unknown", "resource": "server", "action": ACTIONS["unknown"], "measured": False}
         srv_ev = [
-            "server: no netgain ServerInfo or /metrics from this target (an Open Inference Protocol run), "
+            "server: no netgain ServerInfo or /metrics from this target (an Open Inference Protocol or "
+            "HTTP run), "
             "so its queue, device and CPU are not measured and its kind is not judged"
         ]
     behind = lag_bad or worker_bad

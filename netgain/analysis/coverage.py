@@ -1,9 +1,11 @@
 """What the report cannot attribute for a run whose server sent no netgain trailers.
 
-`netgain load --protocol oip` drives any Open Inference Protocol server (Triton, KServe, MLServer).
-Only `netgain serve` answers with the `server-timing` trailer and serves netgain's /metrics and
-ServerInfo, so against another server the client's latency stays whole: the report says so, once
-per attribution it cannot make, instead of showing blanks that look like zeros.
+`netgain load --protocol oip` (and `oip-http`) drives any Open Inference Protocol server (Triton,
+KServe, MLServer), `--protocol http-json` any HTTP endpoint. Only `netgain serve` serves netgain's
+/metrics and ServerInfo, and only a server that sends `server-timing` (netgain's trailer, or an HTTP
+`Server-Timing` header with netgain's phase names) splits its time, so otherwise the client's
+latency stays whole: the report says so, once per attribution it cannot make, instead of showing
+blanks that look like zeros.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import numpy as np
 
 
 def server_measured(meta: dict[str, Any]) -> bool:
-    """Whether the run read the target's netgain ServerInfo and scraped its netgain /metrics: not
-    for an Open Inference Protocol run (``--protocol oip``), whose server's configuration, device,
-    queue and CPU are then unknown to the report."""
-    return (meta.get("config") or {}).get("protocol") != "oip"
+    """Whether the run read the target's netgain ServerInfo and scraped its netgain /metrics: only
+    with ``--protocol netgain``; after an Open Inference Protocol run (``oip``, ``oip-http``) or an
+    ``http-json`` one, the server's configuration, device, queue and CPU are unknown to the report."""
+    return (meta.get("config") or {}).get("protocol") in (None, "netgain")
 
 
 def attribution_gaps(
@@ -59,8 +61,9 @@ def gaps_from_counts(n: int, missing: int, answered: int, timed: int, meta: dict
             "the span log cannot be joined by batch",
         ]
     if oip:
+        kind = "an HTTP JSON" if cfg.get("protocol") == "http-json" else "an Open Inference Protocol"
         lines.append(
-            "an Open Inference Protocol run reads no ServerInfo and scrapes no netgain /metrics: the "
+            f"{kind} run reads no ServerInfo and scrapes no netgain /metrics: the "
             "server's configuration (processes, batching), device, cold start, GPU and server CPU "
             "utilisation are unknown, so the server's bottleneck kind cannot be named (measure the "
             "server with its own metrics; against netgain serve, --protocol netgain)"

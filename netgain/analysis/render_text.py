@@ -76,7 +76,7 @@ def dominant_words(t: dict[str, Any]) -> str:
 
 
 def server_line(c: dict[str, Any] | None) -> str:
-    if c is None:  # an Open Inference Protocol run: no ServerInfo says how the server is laid out
+    if c is None:  # an OIP or HTTP run: no ServerInfo says how the server is laid out
         return "  server: configuration unknown (no netgain ServerInfo from this target)"
     procs = f"{c['workers']} frontend processes + 1 device process" if c.get("workers") else "one process"
     return (

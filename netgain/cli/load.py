@@ -68,15 +68,33 @@ def add_parser(sub: Any) -> None:
         p,
         "--protocol",
         default="netgain",
-        choices=["netgain", "oip"],
+        choices=["netgain", "oip", "oip-http", "http-json"],
         help="netgain: netgain.v1 (netgain serve); oip: the Open Inference Protocol, KServe v2 gRPC "
-        "(Triton, KServe, MLServer, netgain serve): the input tensor comes from ModelMetadata",
+        "(Triton, KServe, MLServer, netgain serve): the input tensor comes from ModelMetadata; "
+        "oip-http: the same over KServe v2 REST (HTTP/1.1, JSON or binary tensors); http-json: any "
+        "HTTP endpoint, requests from --request-template",
     )
     flag(
         p,
         "--oip-model",
         default=None,
-        help="with --protocol oip: the model name requests carry (default: --model)",
+        help="with --protocol oip or oip-http: the model name requests carry (default: --model)",
+    )
+    flag(
+        p,
+        "--oip-binary",
+        default=None,
+        choices=["auto", "always", "never"],
+        help="with --protocol oip-http: send tensors with the binary-data extension (auto: BYTES "
+        "tensors and FP32 ones over 64 KiB of JSON; never: JSON only, BYTES must be UTF-8 text)",
+    )
+    flag(
+        p,
+        "--request-template",
+        default=None,
+        help="with --protocol http-json: a JSON (or YAML) file with method, path, headers, body (the "
+        'payload put in by placeholders, e.g. {"image": "{payload_b64}"}), expect_status, ready_path '
+        "(docs/loadgen.md)",
     )
     flag(
         p,
@@ -94,7 +112,8 @@ def add_parser(sub: Any) -> None:
         type=int,
         default=1,
         help="TCP connections per worker per target (several server processes sharing one port, "
-        "or an L4 balancer, spread load per connection)",
+        "or an L4 balancer, spread load per connection); HTTP: opened before the run, and more as "
+        "requests overlap (one request per connection at a time)",
     )
     flag(
         p,
@@ -251,23 +270,72 @@ def _check(args: argparse.Namespace) -> None:
         raise CliError("--mode closed needs --concurrency N (N >= 1)")
     if args.rate is not None and args.rate <= 0:
         raise CliError("--rate must be > 0")
-    if args.protocol == "oip":
-        from netgain.contract.payloads import BUILTIN
-
-        if not (args.oip_model or args.model):
-            raise CliError("--protocol oip needs --oip-model NAME (the served model), --model (payloads)")
-        if not args.model and args.oip_model not in BUILTIN:
-            raise CliError(
-                f"--protocol oip: which payloads suit model {args.oip_model!r}? say --model "
-                f"{'|'.join(sorted(BUILTIN))} or module:Class"
-            )
-    elif args.oip_model:
-        raise CliError("--oip-model needs --protocol oip")
+    _check_protocol(args, targets)
     if args.payload_variants < 1:
         raise CliError(f"--payload-variants must be >= 1, got {args.payload_variants}")
     if args.wait_ready_s is not None and args.wait_ready_s < 0:
         raise CliError("--wait-ready-s must be >= 0")
     _check_out(args.out, args.force)
+
+
+def _max_items(items: str) -> int:
+    """The most items a request carries, from --items (N, or a distribution like 1:0.7,4:0.3)."""
+    try:
+        return max(int(part.split(":")[0]) for part in items.split(","))
+    except ValueError:
+        return 1  # the schedule's own parsing says what is wrong with it
+
+
+def _check_protocol(args: argparse.Namespace, targets: list[str]) -> None:
+    from netgain.contract.payloads import BUILTIN
+
+    protocol = args.protocol
+    oip = protocol in ("oip", "oip-http")
+    if oip:
+        if not (args.oip_model or args.model):
+            raise CliError(
+                f"--protocol {protocol} needs --oip-model NAME (the served model), --model (payloads)"
+            )
+        if not args.model and args.oip_model not in BUILTIN:
+            raise CliError(
+                f"--protocol {protocol}: which payloads suit model {args.oip_model!r}? say --model "
+                f"{'|'.join(sorted(BUILTIN))} or module:Class"
+            )
+    elif args.oip_model:
+        raise CliError("--oip-model needs --protocol oip or oip-http")
+    if args.oip_binary and protocol != "oip-http":
+        raise CliError("--oip-binary needs --protocol oip-http")
+    if args.oip_binary == "never" and (args.model or args.oip_model) in ("image", "null", "resnet50"):
+        raise CliError(
+            "--oip-binary never sends tensors as JSON, and these payloads are bytes, not text: "
+            "image and null need the binary-data extension (--oip-binary auto)"
+        )
+    if protocol in ("oip-http", "http-json"):
+        for t in targets:
+            if t.startswith("dns:") or "://" in t:
+                raise CliError(
+                    f"--target {t!r}: --protocol {protocol} takes HOST:PORT (https: give --tls-ca; "
+                    "dns: round-robin is gRPC's)"
+                )
+    if protocol != "http-json":
+        if args.request_template:
+            raise CliError("--request-template needs --protocol http-json")
+        return
+    if not args.request_template:
+        raise CliError("--protocol http-json needs --request-template FILE (its method, path, body...)")
+    if not args.model:
+        raise CliError(
+            f"--protocol http-json: which payloads go into the template? say --model "
+            f"{'|'.join(sorted(BUILTIN))} or module:Class"
+        )
+    from netgain.loadgen.http_requests import check_template, load_template
+
+    try:
+        args.request_doc = load_template(args.request_template)
+        features = (args.model == "tabular") if args.model in BUILTIN else None
+        check_template(args.request_doc, features, _max_items(args.items))
+    except ValueError as exc:
+        raise CliError(str(exc) if str(exc).startswith("--") else f"--request-template: {exc}") from None
 
 
 def _check_out(out: str, force: bool) -> None:
@@ -331,7 +399,7 @@ def run(args: argparse.Namespace) -> int:
         max_in_flight=args.max_in_flight,
         connections=args.connections,
         seed=args.seed,
-        model=args.model or (args.oip_model if args.protocol == "oip" else None),
+        model=args.model or (args.oip_model if args.protocol in ("oip", "oip-http") else None),
         metrics_port=args.metrics_port,
         web_ui=args.web_ui,
         web_port=args.web_port,
@@ -344,7 +412,9 @@ def run(args: argparse.Namespace) -> int:
         payload_variants=args.payload_variants,
         tls_ca=args.tls_ca,
         protocol=args.protocol,
-        oip_model=(args.oip_model or args.model) if args.protocol == "oip" else None,
+        oip_model=(args.oip_model or args.model) if args.protocol in ("oip", "oip-http") else None,
+        oip_binary=args.oip_binary or "auto",
+        request_template=getattr(args, "request_doc", None),
         probe=args.probe,
         quiet=args.quiet,
         command=["netgain", *sys.argv[1:]],

@@ -46,6 +46,9 @@ class Plan:
     tls_ca: str | None = None
     connections: int = 1  # per target
     more: bool = False  # open loop: further parts of the shard follow as CHUNK messages
+    protocol: str = "netgain"  # netgain | oip (gRPC) | oip-http | http-json
+    # HTTP protocols: the request's form (http-json: the --request-template; oip-http: "binary")
+    http: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_msg(self) -> dict[str, Any]:

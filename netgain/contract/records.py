@@ -30,6 +30,8 @@ RECORD_TYPES: tuple[tuple[str, str], ...] = (
     ("sent_ns", "int64"),
     ("done_ns", "int64"),
     ("status", "string"),
+    ("http_status", "int32"),  # the answer's HTTP status (HTTP protocols; null for gRPC, unanswered)
+    ("error", "string"),  # a failure's short reason, one line (null on OK)
     ("items", "int32"),
     ("request_bytes", "int64"),
     ("response_bytes", "int64"),

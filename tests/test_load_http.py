@@ -1,0 +1,271 @@
+"""`netgain load --protocol http-json` against a real HTTP JSON service (tests/http_app.py, aiohttp, in
+its own process): every scheduled request gets a row and reaches the service with its request id,
+the service's ``Server-Timing`` phases feed the report's tail attribution, failures keep their
+HTTP status, code and reason, and a target that cannot be loaded fails before any load in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import HOST, TESTS_DIR, read_meta, read_rows, run_netgain, server_env
+
+pytestmark = pytest.mark.slow
+
+APP = TESTS_DIR / "http_app.py"
+# Small and bounded: about 130 requests a run, 1 s of it warm-up; the shared machine's send lag is
+# not what these tests check.
+LOAD_FLAGS = (
+    "--rate", "40", "--duration", "2.5", "--warmup-s", "1", "--arrival", "constant",
+    "--max-send-lag-ms", "200", "--timeout-s", "10", "--quiet",
+)  # fmt: skip
+
+
+class App:
+    def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
+        self.proc, self.port = proc, port
+
+    @property
+    def target(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"http://{self.target}{path}", timeout=5.0) as resp:
+            return json.loads(resp.read())
+
+
+@pytest.fixture(scope="module")
+def app() -> Iterator[App]:
+    pytest.importorskip("aiohttp")
+    proc = subprocess.Popen(
+        [sys.executable, str(APP), "--max-seconds", "300"],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=server_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # the app prints its port once bound, or exits
+        assert line.startswith("PORT "), f"the HTTP app did not start: {line!r}"
+        yield App(proc, int(line.split()[1]))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10.0)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10.0)
+
+
+def _template(tmp_path: Path, **doc: Any) -> str:
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def _load(target: str, out: Path, template: str, *extra: str, model: str = "image") -> Any:
+    return run_netgain(
+        "load", "--target", target, "--protocol", "http-json", "--request-template", template,
+        "--model", model, "--out", str(out), *LOAD_FLAGS, *extra,
+    )  # fmt: skip
+
+
+def _one_row_each(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    meta, rows = read_meta(out), read_rows(out)
+    n = meta["trace"]["requests"]
+    assert n == meta["counts"]["scheduled"] > 0
+    assert sorted(rows["index"].tolist()) == list(range(n))  # exactly one row per scheduled request
+    return meta, rows
+
+
+def test_json_endpoint_with_server_timing(app: App, tmp_path: Path) -> None:
+    before = app.get("/count").get("predict", 0)
+    template = _template(
+        tmp_path,
+        path="/predict",
+        headers={"Authorization": "Bearer secret-token"},
+        body={"image": "{payload_b64}"},
+        ready_path="/health",
+    )
+    out = tmp_path / "run"
+    load = _load(app.target, out, template)
+    assert load.returncode == 0, load.stderr + load.stdout
+    meta, rows = _one_row_each(out)
+    assert set(rows["status"].tolist()) == {"OK"} and set(rows["http_status"].tolist()) == {200}
+    assert all(e is None for e in rows["error"])
+    # The service answered each request once, and saw each one's id (the join key with its spans).
+    assert app.get("/count")["predict"] - before == len(rows["index"])
+    assert set(rows["request_id"].tolist()) <= set(app.get("/ids"))
+    latency, service = rows["done_ns"] - rows["scheduled_ns"], rows["done_ns"] - rows["sent_ns"]
+    assert (service > 0).all() and (latency >= service).all()
+    kernel = rows["kernel_ms"].astype(float)
+    assert not np.isnan(kernel).any()  # every answer's Server-Timing was read
+    slow = rows["index"] % 20 == 0  # the app sleeps 40 ms in "kernel" for these
+    assert (kernel[slow] >= 40.0).all() and (kernel[~slow] < 40.0).all()
+    assert (rows["server_total_ms"] >= rows["kernel_ms"]).all()
+    cfg = meta["config"]
+    assert cfg["protocol"] == "http-json" and cfg["request_template"]["path"] == "/predict"
+    assert cfg["request_template"]["headers"]["Authorization"] == "<redacted>"
+    assert "secret-token" not in (out / "meta.json").read_text()
+    assert meta["versions"]["client"]["geventhttpclient"]
+
+    report = run_netgain("report", str(out))
+    assert report.returncode == 0, report.stderr + report.stdout
+    summary = json.loads((out / "report.json").read_text())
+    # The slow twentieth are the tail, and their excess is the kernel's, as the service says.
+    assert summary["tail"]["dominant"] == "kernel"
+    assert summary["tail"]["p99"]["phases"]["kernel"]["excess_ms"] > 30.0
+    assert summary["phases_ms"]["kernel"]["p99"] >= 40.0
+    gaps = summary["attribution_gaps"]
+    assert not any("no server-timing trailer" in g for g in gaps)
+    assert any(g.startswith("an HTTP JSON run reads no ServerInfo") for g in gaps)
+
+
+def test_feature_rows_with_several_items(app: App, tmp_path: Path) -> None:
+    template = _template(tmp_path, path="/rows", body={"rows": "{features_rows}"})
+    out = tmp_path / "run"
+    load = _load(app.target, out, template, "--items", "1:0.5,3:0.5", model="tabular")
+    assert load.returncode == 0, load.stderr + load.stdout
+    _, rows = _one_row_each(out)
+    assert set(rows["status"].tolist()) == {"OK"} and set(rows["items"].tolist()) == {1, 3}
+    assert np.isnan(rows["server_total_ms"].astype(float)).all()  # /rows sends no Server-Timing
+
+
+@pytest.mark.parametrize(
+    ("path", "code", "http_status", "reason"),
+    [
+        ("/fail", "INTERNAL", 500, "HTTP 500: the model failed on purpose"),
+        ("/no-such-path", "NOT_FOUND", 404, "HTTP 404: 404: Not Found"),
+    ],
+)
+def test_failures_keep_their_status_and_reason(
+    app: App, tmp_path: Path, path: str, code: str, http_status: int, reason: str
+) -> None:
+    template = _template(tmp_path, path=path, body={"image": "{payload_b64}"})
+    out = tmp_path / "run"
+    load = _load(app.target, out, template)
+    assert load.returncode == 5, load.stderr + load.stdout
+    meta, rows = _one_row_each(out)
+    assert set(rows["status"].tolist()) == {code}
+    assert set(rows["http_status"].tolist()) == {http_status}
+    assert set(rows["error"].tolist()) == {reason}
+    assert (rows["response_bytes"] == 0).all()
+    n = len(rows["status"])
+    assert meta["counts"]["errors"] == n and meta["validity"]["valid"] is True
+    last = load.stdout.strip().splitlines()[-1]
+    assert last.startswith("netgain load: REQUESTS FAILED") and last.endswith(f"{code}); none succeeded")
+
+
+def test_answers_past_the_deadline(app: App, tmp_path: Path) -> None:
+    """Answers slower than --timeout-s are DEADLINE_EXCEEDED, ended at the deadline."""
+    template = _template(tmp_path, path="/slow", body={"image": "{payload_b64}"})
+    out = tmp_path / "run"
+    load = _load(app.target, out, template, "--timeout-s", "0.3")
+    assert load.returncode == 5, load.stderr + load.stdout
+    _, rows = _one_row_each(out)
+    assert set(rows["status"].tolist()) == {"DEADLINE_EXCEEDED"}
+    assert set(rows["error"].tolist()) == {"no response within 0.3 s"}
+    service_s = (rows["done_ns"] - rows["sent_ns"]) / 1e9
+    assert (service_s >= 0.3).all() and (service_s < 1.5).all()  # ended by the deadline, not the answer
+
+
+def test_a_target_that_goes_away(tmp_path: Path) -> None:
+    """The service dies mid-run: the requests after it are UNAVAILABLE, each with a row, and the
+    run ends with TARGET WENT AWAY (exit 5), as a gRPC run does."""
+    app_cmd = [sys.executable, str(APP), "--max-seconds", "120"]
+    proc = subprocess.Popen(app_cmd, stdout=subprocess.PIPE, text=True, env=server_env())
+    assert proc.stdout is not None
+    doomed = App(proc, int(proc.stdout.readline().split()[1]))
+    template = _template(tmp_path, path="/predict", body={"image": "{payload_b64}"})
+    out = tmp_path / "run"
+    cmd = ["load", "--target", doomed.target, "--protocol", "http-json", "--request-template", template,
+           "--model", "image", "--out", str(out), *LOAD_FLAGS, "--duration", "4"]  # fmt: skip
+    from conftest import netgain_cmd
+
+    load = subprocess.Popen(netgain_cmd(*cmd), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=server_env())  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60.0
+        while doomed.get("/count").get("predict", 0) < 20:  # killed once it has served some
+            assert load.poll() is None and time.monotonic() < deadline, "the load ended before 20 answers"
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait(10.0)
+        stdout, stderr = load.communicate(timeout=120.0)
+    finally:
+        for p in (proc, load):
+            if p.poll() is None:
+                p.kill()
+                p.wait(10.0)
+    assert load.returncode == 5, stderr + stdout
+    _, rows = _one_row_each(out)
+    status = rows["status"].tolist()
+    assert status.count("OK") >= 20 and status.count("UNAVAILABLE") > len(status) // 2
+    assert set(status) <= {"OK", "UNAVAILABLE"}
+    gone = rows["error"][rows["status"] == "UNAVAILABLE"]
+    assert set(gone) <= {"connection refused"} | {e for e in gone if e.startswith("connection closed")}
+    assert "TARGET WENT AWAY" in stdout.strip().splitlines()[-1]
+
+
+def _refused_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def _fails_at_start(load: Any, out: Path, *phrases: str) -> None:
+    assert load.returncode == 2, load.stderr + load.stdout
+    last = load.stderr.strip().splitlines()[-1]
+    assert last.startswith("netgain load: error: "), load.stderr
+    for phrase in phrases:
+        assert phrase in last, last
+    assert not (out / "meta.json").exists() and not (out / "requests.parquet").exists()
+
+
+def test_targets_that_cannot_be_loaded_fail_in_one_line(tmp_path: Path) -> None:
+    template = _template(tmp_path, path="/predict", body={"image": "{payload_b64}"})
+    out = tmp_path / "run"
+    port = _refused_port()
+    for protocol in ("http-json", "oip-http"):
+        flags = ["--request-template", template] if protocol == "http-json" else ["--oip-model", "null"]
+        load = run_netgain(
+            "load", "--target", f"{HOST}:{port}", "--protocol", protocol, "--model", "image", *flags,
+            "--out", str(out), *LOAD_FLAGS,
+        )  # fmt: skip
+        _fails_at_start(load, out, f"target {HOST}:{port} refused the connection")
+
+    import grpc
+
+    bare = grpc.server(futures.ThreadPoolExecutor(1))  # a port that answers in HTTP/2, not HTTP/1.1
+    grpc_port = bare.add_insecure_port(f"{HOST}:0")
+    bare.start()
+    try:
+        load = _load(f"{HOST}:{grpc_port}", out, template, "--wait-ready-s", "5")
+    finally:
+        bare.stop(0)
+    _fails_at_start(load, out, f"target {HOST}:{grpc_port} is not an HTTP/1.1 server", "HTTP port")
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"path": "/predict", "body": {"rows": "{features_rows}"}}))
+    load = _load(f"{HOST}:{port}", out, str(bad))
+    _fails_at_start(load, out, "--request-template", "{features_rows}", "payloads are bytes")
+
+
+def test_ready_path_is_waited_for(app: App, tmp_path: Path) -> None:
+    template = _template(tmp_path, path="/predict", body={"image": "{payload_b64}"}, ready_path="/not-ready")
+    out = tmp_path / "run"
+    load = _load(app.target, out, template, "--wait-ready-s", "1")
+    _fails_at_start(load, out, f"target {app.target} is not ready", "GET /not-ready HTTP 404")
