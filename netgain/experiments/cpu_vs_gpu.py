@@ -478,7 +478,7 @@ def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict
         runs = sorted((r, d) for r, d in zip(rates, sides[name]["sweep"], strict=True) if _done(d))
         if not runs:
             continue
-        held = [r for r, d in runs if _meets(cfg, d)]
+        held = [r for r, d in runs if _trial(cfg, d, r).held]  # the search's own rule: errors count
         missed = [(r, d) for r, d in runs if r not in held]
         rate, run_dir = missed[0] if missed else runs[-1]
         bn = build_report(run_dir, slo_p99_ms=cfg.slo_p99_ms, bootstrap=0)["bottleneck"]
@@ -495,11 +495,6 @@ def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict
             }
         )
     return out
-
-
-def _meets(cfg: CompareConfig, run_dir: str) -> bool:
-    p99, valid = _summary(run_dir)
-    return valid and p99 <= cfg.slo_p99_ms
 
 
 def limit_lines(limits: list[dict[str, Any]]) -> list[str]:
