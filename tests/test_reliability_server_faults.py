@@ -107,6 +107,25 @@ def test_a_killed_supervisor_takes_every_child_with_it_and_frees_the_port(start_
     assert again.stub().Infer(pb.InferRequest(inputs=[pb.Input(data=b"x")]), timeout=10.0).outputs
 
 
+@pytest.mark.slow
+def test_sigterm_while_the_device_process_is_still_starting_stops_every_process(start_server: Any) -> None:
+    """SIGTERM to a supervisor whose device process has not finished loading (its model takes two
+    minutes here, as a hung one would take forever): the supervisor does not wait the start-up out,
+    it stops every child and exits non-zero within seconds."""
+    server = start_server(
+        "--model", "conftest:SlowHandler", "--handler-option", "load_ms=120000", "--workers", "2", wait=False
+    )  # fmt: skip
+    sup = psutil.Process(server.pid)
+    assert _wait_until(lambda: len(sup.children()) == 3, 60.0), server.output()  # 2 frontends + device
+    assert _wait_until(server.ports_file.exists, 60.0), server.output()  # the frontends listen
+    kids = sup.children()
+    os.kill(server.pid, signal.SIGTERM)
+    assert _wait_until(lambda: server.proc.poll() is not None, 20.0), server.output()
+    assert server.proc.returncode != 0
+    assert _wait_until(lambda: all(_gone(k) for k in kids), 10.0), [k.pid for k in kids if not _gone(k)]
+    assert "stopped by SIGTERM while device process was starting" in _stderr(server)
+
+
 # -- one port, one server ------------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", ["2", "0"])

@@ -93,6 +93,7 @@ class Supervisor:
         self.metrics_port = -1
         self.child_ports: dict[str, int] = {}
         self.exits: list[str] = []
+        self.stop = {"signal": 0}  # set by SIGTERM/SIGINT, read by start-up waits and supervision
 
     # -- start -------------------------------------------------------------------------
     def _fork_all(self) -> None:
@@ -159,7 +160,14 @@ class Supervisor:
         os.sched_setaffinity(0, self.other_cpus)
 
     def _wait_message(self, conn: Connection, proc: Any, what: str, timeout_s: float = 600.0) -> Any:
-        ready = wait([conn, proc.sentinel], timeout_s)
+        deadline = time.monotonic() + timeout_s
+        ready: list[Any] = []
+        while not ready and time.monotonic() < deadline:  # in slices: SIGTERM must not wait out a hang
+            if self.stop["signal"]:
+                raise ValueError(
+                    f"stopped by {signal.Signals(self.stop['signal']).name} while {what} was starting"
+                )
+            ready = wait([conn, proc.sentinel], min(0.5, max(0.0, deadline - time.monotonic())))
         if conn in ready:
             try:
                 kind, payload = conn.recv()
@@ -218,7 +226,7 @@ class Supervisor:
 
     # -- run ---------------------------------------------------------------------------
     def run(self) -> int:
-        stop = {"signal": 0}
+        stop = self.stop
 
         def on_signal(signum: int, frame: Any) -> None:
             stop["signal"] = signum
