@@ -9,20 +9,30 @@ is read with psutil. Every loop is bounded in time.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
 import conftest
 import psutil
 import pytest
-from h2raw import DATA, END_STREAM, RST_STREAM, SETTINGS_MAX_CONCURRENT_STREAMS, H2Conn, frame, grpc_headers, grpc_message
+from h2raw import (
+    DATA,
+    END_STREAM,
+    RST_STREAM,
+    SETTINGS_MAX_CONCURRENT_STREAMS,
+    H2Conn,
+    frame,
+    grpc_headers,
+    grpc_message,
+)
 
 from netgain.protos import pb
 from netgain.server.receive_deadline import receive_timeout_details
 
 MIB = 1024 * 1024
 INFER = "/netgain.v1.Inference/Infer"
-TIMEOUT_S = 3.0
+TIMEOUT_S = 8.0  # far above the ~1-3 s the attack itself takes on a loaded 2-core host
 STREAMS, DECLARED, SENT = 12, 8 * MIB, 6 * MIB  # 72 MiB sent, each message 2 MiB short
 MAX_MESSAGE_MB = 8
 
@@ -31,10 +41,8 @@ def _rss_by_pid(proc: psutil.Process) -> dict[int, int]:
     """Resident memory of the server's process and of every process it started."""
     out = {}
     for p in [proc, *proc.children(recursive=True)]:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             out[p.pid] = p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
     return out
 
 
@@ -66,7 +74,9 @@ def _attack(port: int) -> tuple[H2Conn, int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", ["0", "2"])
-def test_streams_stopped_mid_message_are_reset_and_freed(start_server: Any, monkeypatch: Any, workers: str) -> None:
+def test_streams_stopped_mid_message_are_reset_and_freed(
+    start_server: Any, monkeypatch: Any, workers: str
+) -> None:
     env = conftest.server_env()
     # One malloc arena per process: pages freed by one gRPC thread are reused by the next round
     # whichever thread allocates, so a second round costs nothing unless the first was kept.
@@ -110,11 +120,12 @@ def test_streams_stopped_mid_message_are_reset_and_freed(start_server: Any, monk
             waited = time.monotonic() - t0
             for i in range(STREAMS):
                 stream = 2 * i + 1
-                assert conn.stream_ended(stream), f"stream {stream} still open {waited:.1f} s after it stopped"
+                assert conn.stream_ended(stream), f"stream {stream} open {waited:.1f} s after it stopped"
                 assert b"grpc-status\x014" in _statuses(conn, stream) or any(
                     k == RST_STREAM for k, _, s, _ in conn.frames if s == stream
                 )
-            assert any(receive_timeout_details(TIMEOUT_S).encode() in _statuses(conn, 2 * i + 1) for i in range(STREAMS))
+            said = receive_timeout_details(TIMEOUT_S).encode()
+            assert any(said in _statuses(conn, 2 * i + 1) for i in range(STREAMS))
             assert not conn.closed, "the connection was closed instead of its streams reset"
             assert waited >= TIMEOUT_S
         finally:
@@ -123,7 +134,8 @@ def test_streams_stopped_mid_message_are_reset_and_freed(start_server: Any, monk
         while _rss(proc) - rss0 > held - 32 * MIB and time.monotonic() < end:
             time.sleep(0.2)
         after.append(_most_grown(proc, base))
-        print(f"workers {workers}: sent {sent / MIB:.0f} MiB, held +{held / MIB:.0f} MiB, after +{after[-1] / MIB:.0f} MiB")
+        mib = f"sent {sent / MIB:.0f} MiB, held +{held / MIB:.0f} MiB, after +{after[-1] / MIB:.0f} MiB"
+        print(f"workers {workers}: {mib}")
         # Pinned: at most what was sent (plus gRPC's buffers), far under the stated bound.
         assert held < bound, (held, sent, bound)
     # The allocator keeps part of what gRPC freed and reuses it: no process holds both rounds (with
