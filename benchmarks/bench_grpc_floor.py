@@ -1,6 +1,8 @@
 """The CPU a bare ``grpc.aio`` unary server spends per request, answering with one trailer (a
 request id) or two (plus a ``server-timing`` value as long as netgain's): the floor under a
-netgain frontend's cost, and what the timing trailer alone costs. Alternating trials.
+netgain frontend's cost, and what the timing trailer alone costs; and one trailer behind
+netgain's receive deadline (``server/receive_deadline.py``): what that interceptor costs.
+Alternating trials.
 
     python benchmarks/bench_grpc_floor.py --trials 3 --seconds 4
 """
@@ -20,8 +22,15 @@ TIMING = (
 )
 
 
-def serve(trailers: int) -> None:
+DEADLINE = 3  # one trailer, behind the ReceiveDeadline interceptor
+
+
+def serve(variant: int) -> None:
     import grpc
+
+    from netgain.server.receive_deadline import ReceiveDeadline
+
+    trailers = 1 if variant == DEADLINE else variant
 
     async def handler(request: bytes, context: object) -> bytes:
         md = [("x-request-id", "abc123")] + ([("server-timing", TIMING)] if trailers == 2 else [])
@@ -29,7 +38,7 @@ def serve(trailers: int) -> None:
         return b"ok"
 
     async def main() -> None:
-        server = grpc.aio.server()
+        server = grpc.aio.server(interceptors=[ReceiveDeadline(30.0)] if variant == DEADLINE else None)
         rpc = grpc.unary_unary_rpc_method_handler(handler)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.T", {"M": rpc}),))
         port = server.add_insecure_port("127.0.0.1:0")
@@ -40,12 +49,12 @@ def serve(trailers: int) -> None:
     asyncio.run(main())
 
 
-def measure(trailers: int, seconds: float) -> float:
+def measure(variant: int, seconds: float) -> float:
     import grpc
     import psutil
 
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(trailers)], stdout=subprocess.PIPE, text=True
+        [sys.executable, __file__, "--serve", str(variant)], stdout=subprocess.PIPE, text=True
     )
     try:
         assert proc.stdout is not None
@@ -75,15 +84,15 @@ def main() -> int:
     if a.serve:
         serve(a.serve)
         return 0
-    us: dict[int, list[float]] = {1: [], 2: []}
+    us: dict[int, list[float]] = {1: [], 2: [], DEADLINE: []}
+    names = {1: "1 trailer", 2: "2 trailers", DEADLINE: "1 trailer + receive deadline"}
     for trial in range(a.trials):
-        for trailers in (1, 2):
-            us[trailers].append(measure(trailers, a.seconds))
-            print(
-                f"trial {trial + 1}, {trailers} trailer(s): {us[trailers][-1]:.1f} us of server CPU/request"
-            )
-    one, two = statistics.median(us[1]), statistics.median(us[2])
+        for variant in us:
+            us[variant].append(measure(variant, a.seconds))
+            print(f"trial {trial + 1}, {names[variant]}: {us[variant][-1]:.1f} us of server CPU/request")
+    one, two, dl = (statistics.median(us[v]) for v in (1, 2, DEADLINE))
     print(f"median: one trailer {one:.1f} us, two {two:.1f} us per request ({two - one:+.1f} us)")
+    print(f"median: one trailer behind the receive deadline {dl:.1f} us ({dl - one:+.1f} us)")
     return 0
 
 

@@ -7,6 +7,10 @@ in a fresh child process, so the peak RSS printed is the report's alone. ``--mod
 report's path: ``auto`` (in memory up to ``stream.STREAM_ABOVE_ROWS`` rows, streamed above),
 ``memory`` or ``stream``. Per-row time and a 1-billion-row projection are printed too. Targets:
 1M <= 10 s, 10M <= 60 s, 100M <= 3 min, all <= 4 GB peak RSS on 2 cores.
+
+``--hours H`` spreads the rows over H hours instead of 5,000 req/s, with samples.parquet (what
+`netgain load` scrapes once a second, ~20 rows) for all of them: a 24-hour soak's 1.7 million
+sample rows with ``--hours 24``.
 """
 
 from __future__ import annotations
@@ -62,9 +66,14 @@ def _chunk(rng: np.random.Generator, lo: int, n: int, t_lo: float, t_hi: float, 
     return pa.table(cols)
 
 
-def generate(run: Path, n: int, rate: float = 5000.0, seed: int = 0, chunk: int = 1 << 20) -> None:
-    """A run of n requests at ``rate``/s, written one row group at a time (memory: one chunk)."""
+def generate(
+    run: Path, n: int, rate: float = 5000.0, seed: int = 0, chunk: int = 1 << 20, hours: float | None = None
+) -> None:
+    """A run of n requests at ``rate``/s (or over ``hours``), written one row group at a time
+    (memory: one chunk)."""
     rng = np.random.default_rng(seed)
+    if hours:
+        rate = n / (hours * 3600.0)
     duration = n / rate
     writer: pq.ParquetWriter | None = None
     for lo in range(0, n, chunk):
@@ -93,16 +102,24 @@ def generate(run: Path, n: int, rate: float = 5000.0, seed: int = 0, chunk: int 
         ),
         *((f"worker:{w}", "netgain_client_worker_cpu_ratio", "", np.full(k, 0.3)) for w in range(6)),
     ]
+    # Time-major in row groups of 20,000 rows, as `netgain load` writes it (loadgen/runner/scrape.py).
+    n_series = len(series)
+    which = pa.array(np.tile(np.arange(n_series, dtype=np.int32), k))
+
+    def strings(i: int) -> pa.Array:
+        names = pa.array([s[i] for s in series])
+        return pa.DictionaryArray.from_arrays(which, names).dictionary_decode()
+
     samples = pa.table(
         {
-            "t_s": np.tile(t, len(series)),
-            "source": [src for src, _, _, _ in series for _ in range(k)],
-            "metric": [m for _, m, _, _ in series for _ in range(k)],
-            "labels": [lab for _, _, lab, _ in series for _ in range(k)],
-            "value": np.concatenate([v for _, _, _, v in series]),
+            "t_s": np.repeat(t, n_series),
+            "source": strings(0),
+            "metric": strings(1),
+            "labels": strings(2),
+            "value": np.stack([v for _, _, _, v in series]).T.ravel(),
         }
     )
-    pq.write_table(samples, run / "samples.parquet")
+    pq.write_table(samples, run / "samples.parquet", row_group_size=20_000)
     meta = {
         "schema": 1,
         "run_id": f"bench{n}",
@@ -144,12 +161,13 @@ def main() -> None:
     ap.add_argument(
         "--dir", default=None, help="where the synthetic runs are written (default: the temp dir)"
     )
+    ap.add_argument("--hours", type=float, default=None, help="spread the rows over this many hours")
     ap.add_argument("--measure", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.measure:
         print(json.dumps(measure(Path(args.measure), args.mode)))
         return
-    print(f"cpus {os.cpu_count()}  python {sys.version.split()[0]}  mode {args.mode}")
+    print(f"cpus {os.cpu_count()}  python {sys.version.split()[0]}  mode {args.mode}  hours {args.hours}")
     print(
         f"{'rows':>12} {'generate s':>11} {'build s':>8} {'write s':>8} {'total s':>8} {'peak RSS MB':>12} "
         f"{'us/row':>7} {'1e9 rows s':>10} {'load avg':>9}"
@@ -158,7 +176,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
             run = Path(tmp)
             g0 = time.perf_counter()
-            generate(run, n)
+            generate(run, n, hours=args.hours)
             gen_s = time.perf_counter() - g0
             out = subprocess.run(
                 [sys.executable, __file__, "--measure", str(run), "--mode", args.mode],

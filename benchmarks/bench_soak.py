@@ -7,7 +7,8 @@ worker, the span log's size (``FILE`` + ``FILE.1``) and the size of one ``/metri
 At the end it prints, per process, the RSS at the start and end of the measured window and the
 least-squares slope in MB/hour over the measured window and over its second half (the first
 ``--settle-s`` seconds are excluded: imports, pools and allocator arenas filling up), plus the
-run's request accounting. ``--json FILE`` keeps every
+run's request accounting. ``--report`` then runs ``netgain report RUN --span-log FILE`` as the
+README's step 3 does and samples its RSS too. ``--json FILE`` keeps every
 sample. Exit 1 when a second-half slope is above ``--max-slope-mb-h`` or a request is unaccounted for.
 """
 
@@ -94,6 +95,28 @@ def metrics_bytes(port: int) -> int:
         return -1
 
 
+def report(run_dir: Path, span_log: Path, work: Path) -> dict[str, Any]:
+    """``netgain report RUN --span-log FILE`` (the README's step 3), its RSS sampled every 0.2 s."""
+    cmd = [sys.executable, "-m", "netgain.cli", "report", str(run_dir), "--span-log", str(span_log)]
+    rss: list[float] = []
+    t0 = time.monotonic()
+    with open(work / "report.out", "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env())
+        while proc.poll() is None:
+            mb = rss_mb(proc.pid)
+            if mb is not None:
+                rss.append(mb)
+            time.sleep(0.2)
+    lines = (work / "report.out").read_text(errors="replace").splitlines()
+    return {
+        "rc": proc.returncode,
+        "wall_s": time.monotonic() - t0,
+        "max_mb": max(rss, default=float("nan")),
+        "rss_mb": rss,
+        "first_line": lines[0] if lines else "",
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=30.0)
@@ -108,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default="", help="working directory (default: a temporary one)")
     ap.add_argument("--json", default="", help="write every sample and the summary here")
     ap.add_argument("--server-arg", action="append", default=[], help="extra `netgain serve` argument")
+    ap.add_argument("--report", action="store_true", help="then `netgain report` the run (its RSS sampled)")
     args = ap.parse_args(argv)
 
     work = Path(args.dir or tempfile.mkdtemp(prefix="netgain-soak-"))
@@ -236,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         "processes": {},
     }
     print(
-        f"\n{'process':<10} {'samples':>7} {'start MB':>9} {'end MB':>8} {'max MB':>8} {'slope MB/h':>11} "
-        f"{'2nd half MB/h':>14}"
+        f"\n{'process':<10} {'samples':>7} {'start MB':>9} {'mid MB':>8} {'end MB':>8} {'max MB':>8} "
+        f"{'slope MB/h':>11} {'2nd half MB/h':>14}"
     )
     worst = 0.0
     for name, s in series.items():
@@ -253,14 +277,15 @@ def main(argv: list[str] | None = None) -> int:
         summary["processes"][name] = {
             "samples": int(r.size),
             "start_mb": float(r[0]),
+            "mid_mb": float(r[r.size // 2]),
             "end_mb": float(r[-1]),
             "max_mb": float(r.max()),
             "slope_mb_per_h": slope,
             "second_half_slope_mb_per_h": slope2,
         }
         print(
-            f"{name:<10} {r.size:>7} {r[0]:>9.1f} {r[-1]:>8.1f} {r.max():>8.1f} {slope:>11.2f} "
-            f"{slope2:>14.2f}"
+            f"{name:<10} {r.size:>7} {r[0]:>9.1f} {r[r.size // 2]:>8.1f} {r[-1]:>8.1f} {r.max():>8.1f} "
+            f"{slope:>11.2f} {slope2:>14.2f}"
         )
     span_max = max((b for _, b in span_sizes), default=0)
     final_span = span_log_bytes(span_log)
@@ -282,11 +307,19 @@ def main(argv: list[str] | None = None) -> int:
             f"max {max(metric_vals)}"
         )
     print(f"requests: {json.dumps(counts)}; unaccounted {lost}; load exit {load_rc}, server exit {server_rc}")
+    report_rc = 0
+    if args.report:
+        summary["report"] = rep = report(run_dir, span_log, work)
+        report_rc = rep["rc"]
+        print(
+            f"netgain report: exit {rep['rc']}, {rep['wall_s']:.1f} s, peak RSS {rep['max_mb']:.0f} MB "
+            f"(sampled every 0.2 s); its first line: {rep['first_line']}"
+        )
     if args.json:
         summary["samples"] = {n: {"t_s": s.t_s, "rss_mb": s.rss_mb} for n, s in series.items()}
         summary["span_log_bytes"] = span_sizes
         Path(args.json).write_text(json.dumps(summary, indent=1))
-    bad = worst > args.max_slope_mb_h or lost != 0 or server_rc != 0
+    bad = worst > args.max_slope_mb_h or lost != 0 or server_rc != 0 or report_rc != 0
     bad = bad or span_max > 2.2 * args.span_log_max_mb * MB > 0
     print("SOAK " + ("FAILED" if bad else "PASSED"))
     return 1 if bad else 0

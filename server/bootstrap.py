@@ -34,6 +34,7 @@ from netgain.server.device import DeviceRunner
 from netgain.server.handlers import create_handler
 from netgain.server.handlers.base import Handler
 from netgain.server.oip import ModelIO, OipServicer, model_io
+from netgain.server.receive_deadline import ReceiveDeadline
 from netgain.server.service import MAX_METADATA_BYTES, InferenceServicer, Limits
 from netgain.server.telemetry.metrics import ServerMetrics
 from netgain.server.telemetry.otlp import build_tracing
@@ -305,7 +306,8 @@ async def start_grpc(
         ("grpc.max_connection_age_ms", int(1000 * max_connection_age_s())),
         ("grpc.max_connection_age_grace_ms", int(1000 * cfg.grace_s)),
     ]
-    server = grpc.aio.server(options=opts)
+    # A stream's message unfinished after --receive-timeout-s is answered DEADLINE_EXCEEDED and freed.
+    server = grpc.aio.server(options=opts, interceptors=[ReceiveDeadline(cfg.receive_timeout_s)])
     add_inference_servicer(servicer, server)
     # The Open Inference Protocol beside netgain.v1, through the same servicer (server/oip.py).
     add_oip_servicer(OipServicer(servicer, io or oip_io(cfg)), server)

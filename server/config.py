@@ -43,6 +43,7 @@ class ServeConfig:
     ports_file: str | None = None
     otlp_endpoint: str | None = None  # OTLP/HTTP receiver (http://host:4318): spans per request
     grace_s: float = 30.0
+    receive_timeout_s: float = 30.0  # a unary request's message must arrive within this
     switch_interval_ms: float = 1.0
     worker_nice: int = 0  # added to the frontends' and pre-processing processes' niceness
     device_cores: int | str = "auto"  # cores the device process runs on alone; 0: every process floats
@@ -70,6 +71,7 @@ class ServeConfig:
             (self.sample_interval_s > 0, "--sample-interval-s must be > 0"),
             (self.recorder_interval_s > 0, "--recorder-interval-s must be > 0"),
             (self.switch_interval_ms > 0, "--switch-interval-ms must be > 0"),
+            (self.receive_timeout_s > 0, "--receive-timeout-s must be > 0"),
             (0 <= self.worker_nice <= 19, "--worker-nice must be in 0..19"),
             (
                 not self.otlp_endpoint or self.otlp_endpoint.startswith(("http://", "https://")),

@@ -8,11 +8,15 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from analysis_fixtures import make_run
 
 from netgain.analysis import build_report
+from netgain.analysis.bottleneck import series
 from netgain.analysis.counters import increase_rates, with_ratios
+from netgain.analysis.rundir import load_samples
+from netgain.contract.records import sample_schema
 from netgain.loadgen.runner.scrape import parse_samples
 
 INSTANCES = 2
@@ -125,3 +129,48 @@ def test_scrape_keeps_the_counters_and_report_derives_ratios() -> None:
         ("netgain_process_cpu_ratio", ""): 8.0,
         ("netgain_thread_cpu_ratio", "role=frontend"): 6.0,
     }
+
+
+def _series_by_lists(table: pa.Table, t0: float, t1: float) -> dict[str, list[tuple[str, list, list]]]:
+    """What the report's series are, computed row by row from Python lists (the reference)."""
+    rows = [r for r in table.to_pylist() if t0 <= r["t_s"] <= t1]
+    out: dict[str, dict[str, tuple[list, list]]] = {}
+    for r in rows:
+        key = f"{r['source']}|{r['labels']}"
+        ts, vs = out.setdefault(r["metric"], {}).setdefault(key, ([], []))
+        ts.append(r["t_s"])
+        vs.append(r["value"])
+    return {m: [(k, *by_key[k]) for k in sorted(by_key)] for m, by_key in out.items()}
+
+
+def test_samples_read_a_row_group_at_a_time_give_the_series_of_the_whole_file(tmp_path: Path) -> None:
+    """Interleaved sources, a counter reset, rows out of time order, a source named so that its
+    key collides with another's ("a|x" + "" and "a" + "x|"), row groups of 4 rows: the arrays the
+    report reads give, metric by metric and key by key, the rows a plain pass over the table gives
+    (the derived ratios included), and metrics come in order of first appearance."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for i in range(40):
+        t = float(i // 2) + (0.5 if i % 2 else 0.0)
+        rows.append((t, "server:1", "process_cpu_seconds_total", "", 0.5 * t if t < 12 else 0.2 * (t - 12)))
+        rows.append((t, "server:2", "netgain_queue_depth_requests", "", float(rng.integers(0, 9))))
+        rows.append((t, "a|x", "netgain_in_flight_requests", "", 1.0))
+        rows.append((t, "a", "netgain_in_flight_requests", "x|", 2.0))
+        rows.append(
+            (t, "server:1", "netgain_thread_cpu_seconds_total", f"role={('prepost', 'device')[i % 2]}", t)
+        )
+    rows[7], rows[30] = rows[30], rows[7]
+    schema = sample_schema()
+    cols = list(zip(*rows, strict=True))
+    table = pa.table({f.name: pa.array(c, f.type) for f, c in zip(schema, cols, strict=True)}, schema=schema)
+    pq.write_table(table, tmp_path / "samples.parquet", row_group_size=4)
+    arrays = load_samples(tmp_path)
+    assert arrays is not None
+    reference = with_ratios(table)
+    assert reference.num_rows > table.num_rows  # ratios were derived
+    for t0, t1 in ((-1.0, 100.0), (3.0, 14.5)):
+        got = series(arrays, t0, t1)
+        want = _series_by_lists(reference, t0, t1)
+        assert list(got) == list(want)
+        for metric, entries in want.items():
+            assert [(k, list(t), list(v)) for k, t, v in got[metric]] == entries, metric

@@ -138,3 +138,27 @@ def test_large_runs_stream_and_span_logs_do_not(tmp_path: Path, monkeypatch: pyt
     assert not stream.streams(run, tmp_path / "spans.jsonl")
     monkeypatch.setattr(stream, "STREAM_ABOVE_ROWS", 300)
     assert not stream.streams(run, None)
+
+
+def test_an_interrupted_run_is_cut_at_its_interrupt_both_ways(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C at 6.5 s of a 10 s schedule: the requests in flight CANCELLED, the rest NOT_SENT. The
+    streamed report measures up to the interrupt as the in-memory one does: the same counts (the
+    cut-off rows are neither measured nor failures), window, percentiles and draws."""
+    rate, cut = 300.0, 6.5
+    first_unsent = int(cut * rate)
+    statuses = {i: "CANCELLED" for i in range(first_unsent - 12, first_unsent)}
+    statuses |= {i: "NOT_SENT" for i in range(first_unsent, int(10 * rate))}
+    statuses[300 * 4] = "UNAVAILABLE"
+    meta = {
+        "interrupted_at_s": cut,
+        "validity": {"valid": False, "reasons": [f"interrupted at {cut} s (Ctrl-C)"]},
+    }
+    run = make_run(tmp_path / "r", rate=rate, duration_s=10.0, statuses=statuses, meta=meta)
+    whole, streamed = _both(run, monkeypatch, price_per_hour=2.0, slo_p99_ms=50.0, bootstrap=50, seed=5)
+    assert whole.report["interrupted"] is True
+    assert whole.report["window_s"]["end"] == pytest.approx(cut)
+    measured = whole.report["counts"]
+    assert "NOT_SENT" not in (measured.get("statuses") or {}), measured
+    _check(whole, streamed)

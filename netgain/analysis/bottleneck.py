@@ -38,10 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from netgain.analysis import saturation as sat
+from netgain.analysis.sample_arrays import SampleArrays
 from netgain.analysis.saturation import (
     CORES_SATURATED,
     DEVICE_BUSY,
@@ -91,26 +90,33 @@ def _labels(s: str) -> dict[str, str]:
 
 
 def series(
-    samples: pa.Table | None, t0: float, t1: float
+    samples: SampleArrays | None, t0: float, t1: float
 ) -> dict[str, list[tuple[str, np.ndarray, np.ndarray]]]:
-    """metric -> [(labels, t, value)] inside [t0, t1], sources merged per label set."""
+    """metric -> [(labels, t, value)] inside [t0, t1], sources merged per label set: metrics in
+    order of first appearance, each one's ``source|labels`` keys sorted, rows in file order."""
     out: dict[str, list[tuple[str, np.ndarray, np.ndarray]]] = {}
     if samples is None or samples.num_rows == 0:
         return out
-    t = samples.column("t_s").to_numpy()
-    keep = (t >= t0) & (t <= t1)
-    tab = samples.filter(pa.array(keep))
-    for metric in pc.unique(tab.column("metric")).to_pylist():
-        sub = tab.filter(pc.equal(tab.column("metric"), metric))
-        keys = [
-            f"{src}|{lab}"
-            for src, lab in zip(
-                sub.column("source").to_pylist(), sub.column("labels").to_pylist(), strict=True
-            )
-        ]
-        ts, vs = sub.column("t_s").to_numpy(), sub.column("value").to_numpy()
-        arr_keys = np.asarray(keys)
-        out[metric] = [(k, ts[arr_keys == k], vs[arr_keys == k]) for k in sorted(set(keys))]
+    rows = np.flatnonzero((samples.t >= t0) & (samples.t <= t1))
+    code = samples.code[rows]
+    order = np.argsort(code, kind="stable")  # each series' rows together, in file order
+    codes, starts = np.unique(code[order], return_index=True)
+    ends = [*starts[1:].tolist(), len(order)]
+    # metric -> its key strings -> the series (codes) under each, metrics by first appearance
+    by_metric: dict[Any, dict[str, list[int]]] = {}
+    first: dict[Any, int] = {}
+    for j, c in enumerate(codes.tolist()):
+        source, metric, labels = samples.keys[c]
+        by_metric.setdefault(metric, {}).setdefault(f"{source}|{labels}", []).append(j)
+        first[metric] = min(first.get(metric, len(rows)), int(order[starts[j]]))
+    for metric in sorted(by_metric, key=first.__getitem__):
+        if metric is None:  # a null metric name: no series of any use (none is read by name)
+            continue
+        out[metric] = []
+        for key in sorted(by_metric[metric]):
+            parts = [order[starts[j] : ends[j]] for j in by_metric[metric][key]]
+            pick = rows[np.sort(np.concatenate(parts)) if len(parts) > 1 else parts[0]]
+            out[metric].append((key, samples.t[pick], samples.value[pick]))
     return out
 
 

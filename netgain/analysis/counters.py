@@ -12,10 +12,11 @@ pass through as they are.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 import pyarrow as pa
+
+from netgain.analysis import sample_arrays
+from netgain.analysis.sample_arrays import SampleArrays
 
 # counter -> the ratio series it yields (1.0 = one core, or one instance always busy)
 RATIOS = {
@@ -41,42 +42,61 @@ def increase_rates(t: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 def with_ratios(samples: pa.Table) -> pa.Table:
     """``samples`` with the ratio rows derived from its counters appended (same schema)."""
-    metric = samples.column("metric").to_pylist()
-    wanted = [i for i, m in enumerate(metric) if m in RATIOS or m == INSTANCES]
-    if not wanted:
+    arrays = sample_arrays.from_table(samples)
+    derived = add_ratios(arrays)
+    n = arrays.num_rows
+    if derived.num_rows == n:
         return samples
-    sub = samples.take(pa.array(wanted))
-    t_all = sub.column("t_s").to_numpy()
-    v_all = sub.column("value").to_numpy()
-    groups: dict[tuple[str, str, str], list[int]] = defaultdict(list)
-    for i, key in enumerate(
-        zip(
-            sub.column("source").to_pylist(),
-            sub.column("metric").to_pylist(),
-            sub.column("labels").to_pylist(),
-            strict=True,
-        )
-    ):
-        groups[key].append(i)
-    instances: dict[str, float] = {}
-    for (source, name, _), idx in groups.items():
-        if name == INSTANCES:
-            vals = v_all[idx]
-            instances[source] = float(np.max(vals)) if len(vals) else 1.0
-    cols: dict[str, list] = {"t_s": [], "source": [], "metric": [], "labels": [], "value": []}
-    for (source, name, labels), idx in groups.items():
-        if name == INSTANCES:
+    tail = sample_arrays.SampleArrays(derived.keys, derived.code[n:], derived.t[n:], derived.value[n:])
+    return pa.concat_tables([samples, sample_arrays.to_table(tail, samples.schema)])
+
+
+def add_ratios(s: SampleArrays) -> SampleArrays:
+    """``s`` with the ratio rows derived from its counters appended: each counter series (in order
+    of first appearance) becomes its ratio series, rows sorted by time."""
+    is_counter = np.array([k[1] in RATIOS for k in s.keys], dtype=bool)
+    is_instances = np.array([k[1] == INSTANCES for k in s.keys], dtype=bool)
+    wanted = np.flatnonzero((is_counter | is_instances)[s.code]) if len(s.keys) else np.zeros(0, np.int64)
+    if not len(wanted):
+        return s
+    code = s.code[wanted]
+    order = np.argsort(code, kind="stable")  # each series' rows together, in file order
+    codes, starts = np.unique(code[order], return_index=True)
+    ends = [*starts[1:].tolist(), len(order)]
+    bounds = dict(zip(codes.tolist(), zip(starts.tolist(), ends, strict=True), strict=True))
+    firsts = {c: int(wanted[order[a]]) for c, (a, _) in bounds.items()}
+    groups = sorted(bounds, key=firsts.__getitem__)  # order of first appearance
+
+    def rows(c: int) -> np.ndarray:
+        a, b = bounds[c]
+        return wanted[order[a:b]]
+
+    instances: dict[str | None, float] = {}
+    for c in groups:
+        if is_instances[c]:
+            vals = s.value[rows(c)]
+            instances[s.keys[c][0]] = float(np.max(vals)) if len(vals) else 1.0
+    keys = list(s.keys)
+    index = {k: i for i, k in enumerate(keys)}
+    derived: list[tuple[int, np.ndarray, np.ndarray]] = []
+    for c in groups:
+        source, name, labels = s.keys[c]
+        if is_instances[c]:
             continue
-        t, rate = increase_rates(t_all[idx], v_all[idx])
+        idx = rows(c)
+        t, rate = increase_rates(s.t[idx], s.value[idx])
         if name == "netgain_kernel_busy_seconds_total":
             rate = rate / max(1.0, instances.get(source, 1.0))
-        n = len(t)
-        cols["t_s"].extend(t.tolist())
-        cols["source"].extend([source] * n)
-        cols["metric"].extend([RATIOS[name]] * n)
-        cols["labels"].extend([labels] * n)
-        cols["value"].extend(rate.tolist())
-    derived = pa.table(
-        {f.name: pa.array(cols[f.name], type=f.type) for f in samples.schema}, schema=samples.schema
-    )
-    return pa.concat_tables([samples, derived])
+        key = (source, RATIOS[str(name)], labels)
+        if key not in index:
+            index[key] = len(keys)
+            keys.append(key)
+        derived.append((index[key], t, rate))
+    n = s.num_rows + sum(len(t) for _, t, _ in derived)
+    out = SampleArrays(keys, np.empty(n, np.int32), np.empty(n), np.empty(n))
+    at = s.num_rows
+    out.code[:at], out.t[:at], out.value[:at] = s.code, s.t, s.value
+    for c, t, rate in derived:
+        out.code[at : at + len(t)], out.t[at : at + len(t)], out.value[at : at + len(t)] = c, t, rate
+        at += len(t)
+    return out

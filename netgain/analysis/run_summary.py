@@ -401,8 +401,7 @@ def analyze(
     slo = slo_p99_ms if slo_p99_ms is not None else cfg.get("slo_p99_ms")
     warnings: list[str] = []
     rng = np.random.default_rng(seed)  # drawn from in this order: p99, then throughput
-    # an interrupted run is cut at its Ctrl-C, which the in-memory path does (the streamed one does not)
-    if meta.get("interrupted_at_s") is None and stream.streams(run_dir, span_log):
+    if stream.streams(run_dir, span_log):
         fig = stream.figures(run_dir, meta, warmup_s, bootstrap, rng)
     else:
         fig = _in_memory(run_dir, meta, warmup_s, span_log, bootstrap, rng, warnings)

@@ -15,10 +15,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from netgain.analysis.counters import with_ratios
+from netgain.analysis import sample_arrays
+from netgain.analysis.counters import add_ratios
+from netgain.analysis.sample_arrays import SampleArrays
 from netgain.contract import rundir as files
 from netgain.contract.phases import PHASES
-from netgain.contract.records import PHASE_COLUMNS, REQUIRED_COLUMNS, SAMPLE_COLUMNS
+from netgain.contract.records import PHASE_COLUMNS, REQUIRED_COLUMNS
 from netgain.errors import NetgainError
 
 NS_PER_MS = 1e6
@@ -161,20 +163,21 @@ def load_requests(run_dir: str | Path, *, warmup_s: float | None = None, with_id
     )
 
 
-def load_samples(run_dir: str | Path) -> pa.Table | None:
-    """samples.parquet, or None when the run has none (the report then says so in its warnings).
+def load_samples(run_dir: str | Path) -> SampleArrays | None:
+    """samples.parquet as numpy arrays, read a batch at a time (memory: 20 bytes a row, not the
+    strings), or None when the run has none (the report then says so in its warnings).
 
     The scraped counters (CPU and kernel seconds) come with the ratio series derived from them
-    (``counters.with_ratios``), which the report's ``cpu`` and ``gpu`` sections read."""
+    (``counters.add_ratios``), which the report's ``cpu`` and ``gpu`` sections read."""
     path = Path(run_dir) / files.SAMPLES
     if not path.exists():
         return None
     pf = _open_parquet(path)
     try:
-        table = pf.read(columns=list(SAMPLE_COLUMNS))
-    except (pa.ArrowException, KeyError, OSError) as exc:
+        arrays = sample_arrays.read(pf)
+    except (pa.ArrowException, KeyError, OSError, ValueError) as exc:
         raise _damaged(path, exc) from None
-    return with_ratios(table)
+    return add_ratios(arrays)
 
 
 # the span log's phase fields, named as the request records' columns

@@ -68,6 +68,7 @@ class _Chunk:
     send_lag: np.ndarray
     code: np.ndarray  # index into the run's status names, in order of first appearance
     warm: np.ndarray
+    measured: np.ndarray  # outside the warm-up and, in an interrupted run, scheduled before its cut
     phases: dict[str, np.ndarray]
     total: np.ndarray
     batch: np.ndarray
@@ -88,6 +89,7 @@ class _Reader:
                 "netgain version; re-run `netgain load`"
             )
         self.warmup_s = warmup_s
+        self.cut_s: float | None = None  # an interrupted run's window end: later rows are not measured
         self.status_names: list[str] = []
         self._status_ids: dict[str, int] = {}
         optional = [*PHASE_COLUMNS, "server_total_ms", "batch_size"]
@@ -162,6 +164,7 @@ class _Reader:
         }
         latency = _diff_ms(done, sched, done_ok)
         code = to_global[local] if len(local) else np.zeros(0, np.int32)
+        measured = ~warm if self.cut_s is None else ~warm & (scheduled_s < self.cut_s)
         return _Chunk(
             scheduled_s=scheduled_s,
             latency=latency,
@@ -169,10 +172,11 @@ class _Reader:
             send_lag=_diff_ms(sent, sched, sent_ok),
             code=code,
             warm=warm,
+            measured=measured,
             phases=phases,
             total=_float(col["server_total_ms"]) if "server_total_ms" in col else np.full(n, np.nan),
             batch=_float(col["batch_size"]) if "batch_size" in col else np.full(n, np.nan),
-            ok=~warm & (code == self.status_id("OK")) & ~np.isnan(latency),
+            ok=measured & (code == self.status_id("OK")) & ~np.isnan(latency),
         )
 
     def _id(self, name: str) -> int:
@@ -212,7 +216,7 @@ class _Run:
     def first(self, c: _Chunk, reader: _Reader) -> None:
         self.rows += len(c.code)
         self.warmup += int(c.warm.sum())
-        measured = ~c.warm
+        measured = c.measured
         counts = np.bincount(c.code[measured], minlength=len(reader.status_names))
         if len(counts) > len(self.status_counts):
             self.status_counts = np.concatenate(
@@ -265,8 +269,7 @@ class _Run:
         if not self.lat.done:
             self.lat.add(lat)
         if not self.send_lag.done:
-            measured = ~c.warm
-            self.send_lag.add(c.send_lag[measured & ~np.isnan(c.send_lag)])
+            self.send_lag.add(c.send_lag[c.measured & ~np.isnan(c.send_lag)])
         if not self.service.done:
             self.service.add(c.service[ok])
         pending = [k for k, s in self.phase.items() if not s.done]
@@ -437,6 +440,8 @@ def figures(
     cfg, trace = meta.get("config") or {}, meta.get("trace") or {}
     top = None if cfg.get("duration_s") or trace.get("duration_s") else reader.scheduled_max()
     t0, t1 = window(meta, np.array([top]) if top is not None else np.zeros(0), warmup_s)
+    if meta.get("interrupted_at_s") is not None:  # measured up to the Ctrl-C, as run_summary does
+        reader.cut_s = t1
     run = _Run(t0, t1, bootstrap)
     for c in reader.chunks(full=True):
         run.first(c, reader)

@@ -158,6 +158,14 @@ def add_parser(sub: Any) -> None:
     flag(p, "--grace-s", type=float, default=30.0, help="time to finish in-flight requests on SIGTERM")
     flag(
         p,
+        "--receive-timeout-s",
+        type=float,
+        default=30.0,
+        help="a request's message must arrive within this after its headers; a later one gets "
+        "DEADLINE_EXCEEDED and what it sent is freed",
+    )
+    flag(
+        p,
         "--switch-interval-ms",
         type=float,
         default=1.0,
@@ -207,6 +215,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         recorder_interval_s=args.recorder_interval_s,
         ports_file=args.ports_file,
         grace_s=args.grace_s,
+        receive_timeout_s=args.receive_timeout_s,
         switch_interval_ms=args.switch_interval_ms,
     )
     try:
