@@ -11,7 +11,7 @@ import csv
 import json
 import os
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -320,10 +320,10 @@ def _read_jsonl(p: Path) -> tuple[pa.Table, Locator]:
     return table, locate
 
 
-def _read_jsonl_slow(p: Path) -> pa.Table:
-    """Line-by-line parse, for files pyarrow refuses: names the first bad line."""
-    cols: dict[str, list[Any]] = {n: [] for n in (*TIME_NAMES, *FIELDS)}
-    seen: set[str] = set()
+def jsonl_objects(p: Path, example: str = "") -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line; TraceError naming the first line that is not
+    a JSON object (``example`` shows one in the message)."""
+    want = f"expected a JSON object per line{', e.g. ' + example if example else ''}"
     with p.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -335,16 +335,22 @@ def _read_jsonl_slow(p: Path) -> pa.Table:
                     f"not valid JSON: {exc.msg} (column {exc.colno})", path=str(p), line=lineno
                 ) from None
             if not isinstance(rec, dict):
-                raise TraceError(
-                    'expected a JSON object per line, e.g. {"t": 0.5, "size": 1024}', path=str(p), line=lineno
-                )
-            for name, values in cols.items():
-                v = rec.get(name)
-                if name in rec:
-                    seen.add(name)
-                if isinstance(v, bool) or not (v is None or isinstance(v, int | float | str)):
-                    raise TraceError(f"{v!r} is not a number", path=str(p), line=lineno, field=name)
-                values.append(None if v is None else str(v))
+                raise TraceError(want, path=str(p), line=lineno)
+            yield lineno, rec
+
+
+def _read_jsonl_slow(p: Path) -> pa.Table:
+    """Line-by-line parse, for files pyarrow refuses: names the first bad line."""
+    cols: dict[str, list[Any]] = {n: [] for n in (*TIME_NAMES, *FIELDS)}
+    seen: set[str] = set()
+    for lineno, rec in jsonl_objects(p, '{"t": 0.5, "size": 1024}'):
+        for name, values in cols.items():
+            v = rec.get(name)
+            if name in rec:
+                seen.add(name)
+            if isinstance(v, bool) or not (v is None or isinstance(v, int | float | str)):
+                raise TraceError(f"{v!r} is not a number", path=str(p), line=lineno, field=name)
+            values.append(None if v is None else str(v))
     return pa.table({n: pa.array(v, type=pa.string()) for n, v in cols.items() if n in seen})
 
 

@@ -7,7 +7,6 @@ and the other useful columns are kept beside the trace as extra columns.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 
 from netgain.loadgen.traces.access_log import times_s
-from netgain.loadgen.traces.io import csv_locator, jsonl_locator, whole_numbers
+from netgain.loadgen.traces.io import csv_locator, jsonl_locator, jsonl_objects, whole_numbers
 from netgain.loadgen.traces.model import TraceError
 from netgain.loadgen.traces.public.base import (
     Imported,
@@ -125,35 +124,20 @@ def mooncake(path: Path, name: str, bytes_per_token: float) -> Imported:
 def _mooncake_slow(path: Path) -> pa.Table:
     """Line by line, for a file pyarrow refuses or one missing a field: names the first bad line."""
     cols: dict[str, list[Any]] = {c: [] for c in (*MOONCAKE_REQUIRED, "hash_ids")}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line.rstrip("\r\n"))  # a column past the end, not "column 1"
-            except json.JSONDecodeError as exc:
-                raise TraceError(
-                    f"not valid JSON: {exc.msg} (column {exc.colno})", path=str(path), line=lineno
-                ) from None
-            if not isinstance(rec, dict):
-                raise TraceError("expected a JSON object per line", path=str(path), line=lineno)
-            for c in MOONCAKE_REQUIRED:
-                v = rec.get(c)
-                if v is None:
-                    raise TraceError(
-                        "missing; a Mooncake record has it", path=str(path), line=lineno, field=c
-                    )
-                if isinstance(v, bool) or not isinstance(v, int | float):
-                    raise TraceError(f"{v!r} is not a number", path=str(path), line=lineno, field=c)
-                cols[c].append(float(v))
-            ids = rec.get("hash_ids", [])
-            if not isinstance(ids, list) or not all(
-                isinstance(x, int) and not isinstance(x, bool) for x in ids
-            ):
-                raise TraceError(
-                    "expected a list of whole numbers", path=str(path), line=lineno, field="hash_ids"
-                )
-            cols["hash_ids"].append(ids)
+    for lineno, rec in jsonl_objects(path):
+        for c in MOONCAKE_REQUIRED:
+            v = rec.get(c)
+            if v is None:
+                raise TraceError("missing; a Mooncake record has it", path=str(path), line=lineno, field=c)
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise TraceError(f"{v!r} is not a number", path=str(path), line=lineno, field=c)
+            cols[c].append(float(v))
+        ids = rec.get("hash_ids", [])
+        if not isinstance(ids, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in ids):
+            raise TraceError(
+                "expected a list of whole numbers", path=str(path), line=lineno, field="hash_ids"
+            )
+        cols["hash_ids"].append(ids)
     return pa.table(
         {
             **{c: pa.array(cols[c], type=pa.float64()) for c in MOONCAKE_REQUIRED},
