@@ -7,12 +7,10 @@ HTTP status, code and reason, and a target that cannot be loaded fails before an
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -20,80 +18,24 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import HOST, TESTS_DIR, read_meta, read_rows, run_netgain, server_env
+from conftest import HOST, TESTS_DIR, run_netgain, server_env
+from http_helpers import LOAD_FLAGS, App, load_http_json, one_row_each, serve_app, write_template
 
 pytestmark = pytest.mark.slow
 
 APP = TESTS_DIR / "http_app.py"
-# Small and bounded: about 130 requests a run, 1 s of it warm-up; the shared machine's send lag is
-# not what these tests check.
-LOAD_FLAGS = (
-    "--rate", "40", "--duration", "2.5", "--warmup-s", "1", "--arrival", "constant",
-    "--max-send-lag-ms", "200", "--timeout-s", "10", "--quiet",
-)  # fmt: skip
-
-
-class App:
-    def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
-        self.proc, self.port = proc, port
-
-    @property
-    def target(self) -> str:
-        return f"{HOST}:{self.port}"
-
-    def get(self, path: str) -> Any:
-        with urllib.request.urlopen(f"http://{self.target}{path}", timeout=5.0) as resp:
-            return json.loads(resp.read())
 
 
 @pytest.fixture(scope="module")
 def app() -> Iterator[App]:
     pytest.importorskip("aiohttp")
-    proc = subprocess.Popen(
-        [sys.executable, str(APP), "--max-seconds", "300"],
-        stdout=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=server_env(),
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # the app prints its port once bound, or exits
-        assert line.startswith("PORT "), f"the HTTP app did not start: {line!r}"
-        yield App(proc, int(line.split()[1]))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10.0)
-
-
-def _template(tmp_path: Path, **doc: Any) -> str:
-    path = tmp_path / "request.json"
-    path.write_text(json.dumps(doc))
-    return str(path)
-
-
-def _load(target: str, out: Path, template: str, *extra: str, model: str = "image") -> Any:
-    return run_netgain(
-        "load", "--target", target, "--protocol", "http-json", "--request-template", template,
-        "--model", model, "--out", str(out), *LOAD_FLAGS, *extra,
-    )  # fmt: skip
-
-
-def _one_row_each(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    meta, rows = read_meta(out), read_rows(out)
-    n = meta["trace"]["requests"]
-    assert n == meta["counts"]["scheduled"] > 0
-    assert sorted(rows["index"].tolist()) == list(range(n))  # exactly one row per scheduled request
-    return meta, rows
+    with serve_app(APP) as served:
+        yield served
 
 
 def test_json_endpoint_with_server_timing(app: App, tmp_path: Path) -> None:
     before = app.get("/count").get("predict", 0)
-    template = _template(
+    template = write_template(
         tmp_path,
         path="/predict",
         headers={"Authorization": "Bearer secret-token"},
@@ -101,9 +43,9 @@ def test_json_endpoint_with_server_timing(app: App, tmp_path: Path) -> None:
         ready_path="/health",
     )
     out = tmp_path / "run"
-    load = _load(app.target, out, template)
+    load = load_http_json(app.target, out, template)
     assert load.returncode == 0, load.stderr + load.stdout
-    meta, rows = _one_row_each(out)
+    meta, rows = one_row_each(out)
     assert set(rows["status"].tolist()) == {"OK"} and set(rows["http_status"].tolist()) == {200}
     assert all(e is None for e in rows["error"])
     # The service answered each request once, and saw each one's id (the join key with its spans).
@@ -135,11 +77,11 @@ def test_json_endpoint_with_server_timing(app: App, tmp_path: Path) -> None:
 
 
 def test_feature_rows_with_several_items(app: App, tmp_path: Path) -> None:
-    template = _template(tmp_path, path="/rows", body={"rows": "{features_rows}"})
+    template = write_template(tmp_path, path="/rows", body={"rows": "{features_rows}"})
     out = tmp_path / "run"
-    load = _load(app.target, out, template, "--items", "1:0.5,3:0.5", model="tabular")
+    load = load_http_json(app.target, out, template, "--items", "1:0.5,3:0.5", model="tabular")
     assert load.returncode == 0, load.stderr + load.stdout
-    _, rows = _one_row_each(out)
+    _, rows = one_row_each(out)
     assert set(rows["status"].tolist()) == {"OK"} and set(rows["items"].tolist()) == {1, 3}
     assert np.isnan(rows["server_total_ms"].astype(float)).all()  # /rows sends no Server-Timing
 
@@ -154,11 +96,11 @@ def test_feature_rows_with_several_items(app: App, tmp_path: Path) -> None:
 def test_failures_keep_their_status_and_reason(
     app: App, tmp_path: Path, path: str, code: str, http_status: int, reason: str
 ) -> None:
-    template = _template(tmp_path, path=path, body={"image": "{payload_b64}"})
+    template = write_template(tmp_path, path=path, body={"image": "{payload_b64}"})
     out = tmp_path / "run"
-    load = _load(app.target, out, template)
+    load = load_http_json(app.target, out, template)
     assert load.returncode == 5, load.stderr + load.stdout
-    meta, rows = _one_row_each(out)
+    meta, rows = one_row_each(out)
     assert set(rows["status"].tolist()) == {code}
     assert set(rows["http_status"].tolist()) == {http_status}
     assert set(rows["error"].tolist()) == {reason}
@@ -171,11 +113,11 @@ def test_failures_keep_their_status_and_reason(
 
 def test_answers_past_the_deadline(app: App, tmp_path: Path) -> None:
     """Answers slower than --timeout-s are DEADLINE_EXCEEDED, ended at the deadline."""
-    template = _template(tmp_path, path="/slow", body={"image": "{payload_b64}"})
+    template = write_template(tmp_path, path="/slow", body={"image": "{payload_b64}"})
     out = tmp_path / "run"
-    load = _load(app.target, out, template, "--timeout-s", "0.3")
+    load = load_http_json(app.target, out, template, "--timeout-s", "0.3")
     assert load.returncode == 5, load.stderr + load.stdout
-    _, rows = _one_row_each(out)
+    _, rows = one_row_each(out)
     assert set(rows["status"].tolist()) == {"DEADLINE_EXCEEDED"}
     assert set(rows["error"].tolist()) == {"no response within 0.3 s"}
     service_s = (rows["done_ns"] - rows["sent_ns"]) / 1e9
@@ -189,7 +131,7 @@ def test_a_target_that_goes_away(tmp_path: Path) -> None:
     proc = subprocess.Popen(app_cmd, stdout=subprocess.PIPE, text=True, env=server_env())
     assert proc.stdout is not None
     doomed = App(proc, int(proc.stdout.readline().split()[1]))
-    template = _template(tmp_path, path="/predict", body={"image": "{payload_b64}"})
+    template = write_template(tmp_path, path="/predict", body={"image": "{payload_b64}"})
     out = tmp_path / "run"
     cmd = ["load", "--target", doomed.target, "--protocol", "http-json", "--request-template", template,
            "--model", "image", "--out", str(out), *LOAD_FLAGS, "--duration", "4"]  # fmt: skip
@@ -211,7 +153,7 @@ def test_a_target_that_goes_away(tmp_path: Path) -> None:
                 p.kill()
                 p.wait(10.0)
     assert load.returncode == 5, stderr + stdout
-    _, rows = _one_row_each(out)
+    _, rows = one_row_each(out)
     status = rows["status"].tolist()
     assert status.count("OK") >= 20 and status.count("UNAVAILABLE") > len(status) // 2
     assert set(status) <= {"OK", "UNAVAILABLE"}
@@ -236,7 +178,7 @@ def _fails_at_start(load: Any, out: Path, *phrases: str) -> None:
 
 
 def test_targets_that_cannot_be_loaded_fail_in_one_line(tmp_path: Path) -> None:
-    template = _template(tmp_path, path="/predict", body={"image": "{payload_b64}"})
+    template = write_template(tmp_path, path="/predict", body={"image": "{payload_b64}"})
     out = tmp_path / "run"
     port = _refused_port()
     for protocol in ("http-json", "oip-http"):
@@ -253,19 +195,21 @@ def test_targets_that_cannot_be_loaded_fail_in_one_line(tmp_path: Path) -> None:
     grpc_port = bare.add_insecure_port(f"{HOST}:0")
     bare.start()
     try:
-        load = _load(f"{HOST}:{grpc_port}", out, template, "--wait-ready-s", "5")
+        load = load_http_json(f"{HOST}:{grpc_port}", out, template, "--wait-ready-s", "5")
     finally:
         bare.stop(0)
     _fails_at_start(load, out, f"target {HOST}:{grpc_port} is not an HTTP/1.1 server", "HTTP port")
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"path": "/predict", "body": {"rows": "{features_rows}"}}))
-    load = _load(f"{HOST}:{port}", out, str(bad))
+    load = load_http_json(f"{HOST}:{port}", out, str(bad))
     _fails_at_start(load, out, "--request-template", "{features_rows}", "payloads are bytes")
 
 
 def test_ready_path_is_waited_for(app: App, tmp_path: Path) -> None:
-    template = _template(tmp_path, path="/predict", body={"image": "{payload_b64}"}, ready_path="/not-ready")
+    template = write_template(
+        tmp_path, path="/predict", body={"image": "{payload_b64}"}, ready_path="/not-ready"
+    )
     out = tmp_path / "run"
-    load = _load(app.target, out, template, "--wait-ready-s", "1")
+    load = load_http_json(app.target, out, template, "--wait-ready-s", "1")
     _fails_at_start(load, out, f"target {app.target} is not ready", "GET /not-ready HTTP 404")
