@@ -1,0 +1,47 @@
+"""compare's NEXT lines read held and missed by the search's own rule (``tune.trial``): a sweep run
+whose p99 met the SLO but whose errors passed the bound is a miss, and its bottleneck is the one
+named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netgain.experiments import cpu_vs_gpu
+from netgain.experiments.capacity import Trial
+from netgain.experiments.cpu_vs_gpu import CompareConfig, Side, limits_of
+
+
+def _cfg(tmp_path: Path) -> CompareConfig:
+    return CompareConfig(
+        model="null", traffic=["--rate", "50"], duration_s=5, warmup_s=1, batch_sizes=[1], items=[1],
+        rates=[], sweep_duration_s=5, slo_p99_ms=100.0, workers=1, out=str(tmp_path),
+        baseline=Side("baseline", "cpu", 1.0), treatment=Side("treatment", "cpu", 2.0),
+    )  # fmt: skip
+
+
+def test_a_step_that_shed_requests_within_the_slo_is_the_first_miss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # rate -> (p99 ms, error ratio): 400 held; 800 met p99 but shed 2 %; 1600 missed p99
+    figures = {400.0: (20.0, 0.0), 800.0: (60.0, 0.02), 1600.0: (900.0, 0.0)}
+
+    def trial(cfg: CompareConfig, run_dir: str, rate: float) -> Trial:
+        p99, ratio = figures[rate]
+        held = p99 <= cfg.slo_p99_ms and ratio <= cfg.max_error_ratio
+        return Trial(rate, rate, p99 / 2, p99, int(ratio * 1000), ratio, True, "x", held)
+
+    def build_report(run_dir: str, **_: Any) -> dict[str, Any]:
+        kind = "queue-full" if run_dir.endswith("r800") else "cpu-bound"
+        return {"bottleneck": {"kind": kind, "action": f"act on {kind}"}}
+
+    monkeypatch.setattr(cpu_vs_gpu, "_trial", trial)
+    monkeypatch.setattr(cpu_vs_gpu, "_done", lambda run_dir: True)
+    monkeypatch.setattr("netgain.analysis.build_report", build_report)
+    side = {"sweep": [str(tmp_path / f"r{r:g}") for r in figures], "sweep_rates": list(figures)}
+    limits = limits_of(_cfg(tmp_path), {"baseline": side, "treatment": side})
+    for lim in limits:
+        assert lim["held_rates"] == [400.0] and not lim["held_every_rate"]
+        assert lim["rate"] == 800.0 and lim["kinds"][0]["kind"] == "queue-full"
