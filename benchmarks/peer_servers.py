@@ -44,14 +44,13 @@ class Pipeline:
     """The handler's request path as ``netgain serve`` runs it, for one batch of raw inputs."""
 
     def __init__(self, model: str, options: dict[str, str], device: str, seed: int) -> None:
-        import torch
-
         from netgain.server.handlers import create_handler
 
         self.handler = create_handler(model, options, seed)
-        self.device = torch.device(device)
-        built = self.handler.build_model()
-        self.model = built.to(self.device) if self.handler.uses_device and built is not None else built
+        self.device = device
+        self.model = self.handler.build_model()
+        if self.handler.uses_device:  # the null model needs no torch: nor does its peer's venv
+            self.model = self.model.to(device)
         example = self.handler.example_input(random.Random(seed))
         self.features = not example.data and len(example.features) > 0
         self.width = len(example.features)
