@@ -69,10 +69,10 @@ class Pipeline:
         return self.answers(self.forward(self.handler.collate(items)))
 
     def forward(self, batch: Any) -> Any:
-        import torch
-
         if not self.handler.uses_device:
             return self.handler.forward(self.model, batch)
+        import torch
+
         with torch.inference_mode():
             out = self.handler.forward(self.model, _tree_map(lambda t: t.to(self.device), batch))
         return out.float().cpu()
