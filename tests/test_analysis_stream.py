@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from analysis_fixtures import make_run
 
-from netgain.analysis import stream
+from netgain.analysis import stream, stream_reader
 from netgain.analysis.run_summary import RunResult, analyze
 
 MEANS = {"mean", "tail_mean_ms", "median_mean_ms", "excess_ms", "share", "latency_mean_ms"}
@@ -46,7 +46,7 @@ def _both(
     # small chunks and, by default, a small budget: several chunks per pass and buckets counted
     # again; with a large one, pass 2 keeps every wanted bucket and sums the tail as it goes
     monkeypatch.setattr(stream, "STREAM_ABOVE_ROWS", 0)
-    monkeypatch.setattr(stream, "CHUNK_ROWS", 333)
+    monkeypatch.setattr(stream_reader, "CHUNK_ROWS", 333)
     monkeypatch.setattr(stream, "SELECT_BUDGET", budget)
     streamed = analyze(run, **kw)
     return whole, streamed

@@ -21,28 +21,23 @@ counts, equal to numpy's pairwise means to the last bits or so.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from netgain.analysis import stats
 from netgain.analysis.coverage import gaps_from_counts
 from netgain.analysis.figures import Figures, cdf_ranks, latency_cdf, window
-from netgain.analysis.rundir import AnalysisError, _diff_ms, _float, _ns, _open_parquet
+from netgain.analysis.stream_reader import Chunk, Reader
 from netgain.analysis.tail import BAND, TAIL_PHASES, TailSums, attribute, phase_matrix
 from netgain.contract import rundir as files
 from netgain.contract.phases import PHASES
-from netgain.contract.records import PHASE_COLUMNS, REQUIRED_COLUMNS
 from netgain.stats.select import Selector
 
 STREAM_ABOVE_ROWS = 5_000_000  # runs up to this many rows are read whole (faster; ~1.2 GB peak)
-CHUNK_ROWS = 1 << 18
 SELECT_BUDGET = 4_000_000  # values kept per population and pass: 32 MB each, about 15 populations
 FOLD_ROWS = 2_000_000  # rows pass 2 may keep whole to sum the tail without a pass of its own
 PHASE_STATS_Q = (0.5, 0.9, 0.99, 1.0)  # stats.phase_stats' quantiles
@@ -58,132 +53,6 @@ def streams(run_dir: str | Path, span_log: str | Path | None) -> bool:
         return int(pq.ParquetFile(Path(run_dir) / files.REQUESTS).metadata.num_rows) > STREAM_ABOVE_ROWS
     except (pa.ArrowException, OSError):
         return False
-
-
-@dataclass
-class _Chunk:
-    scheduled_s: np.ndarray
-    latency: np.ndarray
-    service: np.ndarray
-    send_lag: np.ndarray
-    code: np.ndarray  # index into the run's status names, in order of first appearance
-    warm: np.ndarray
-    measured: np.ndarray  # outside the warm-up and, in an interrupted run, scheduled before its cut
-    phases: dict[str, np.ndarray]
-    total: np.ndarray
-    batch: np.ndarray
-    ok: np.ndarray  # measured, OK, with a latency
-
-
-class _Reader:
-    """requests.parquet in chunks, decoded as ``rundir.load_requests`` decodes the whole file."""
-
-    def __init__(self, run_dir: str | Path, warmup_s: float | None) -> None:
-        self.path = Path(run_dir) / files.REQUESTS
-        self.pf = _open_parquet(self.path)
-        self.names = set(self.pf.schema_arrow.names)
-        missing = [c for c in REQUIRED_COLUMNS if c not in self.names]
-        if missing:
-            raise AnalysisError(
-                f"{self.path} lacks column(s) {', '.join(missing)}: it was not written by this "
-                "netgain version; re-run `netgain load`"
-            )
-        self.warmup_s = warmup_s
-        self.cut_s: float | None = None  # an interrupted run's window end: later rows are not measured
-        self.status_names: list[str] = []
-        self._status_ids: dict[str, int] = {}
-        optional = [*PHASE_COLUMNS, "server_total_ms", "batch_size"]
-        self.columns = [*REQUIRED_COLUMNS, *(c for c in optional if c in self.names)]
-
-    def status_id(self, name: str) -> int:
-        return self._status_ids.get(name, -1)
-
-    def scheduled_max(self) -> float | None:
-        """The last scheduled time (s), read from that column alone; None for an empty file."""
-        top: float | None = None
-        for table in self._batches(["scheduled_ns"]):
-            sched, _ = _ns(table.column(0).combine_chunks())
-            if len(sched):
-                m = float(sched.max()) / 1e9
-                top = m if top is None else max(top, m)
-        return top
-
-    def _batches(self, columns: list[str]) -> Iterator[pa.Table]:
-        """Whole row groups, several to a chunk up to ``CHUNK_ROWS`` rows (reading a row group is
-        several times faster than ``iter_batches``); a larger row group in slices of that size."""
-        meta = self.pf.metadata
-        try:
-            group: list[int] = []
-            rows = 0
-            for i in range(meta.num_row_groups):
-                n = meta.row_group(i).num_rows
-                if n > CHUNK_ROWS:
-                    for b in self.pf.iter_batches(batch_size=CHUNK_ROWS, row_groups=[i], columns=columns):
-                        yield pa.Table.from_batches([b])
-                    continue
-                if rows + n > CHUNK_ROWS and group:
-                    yield self.pf.read_row_groups(group, columns=columns)
-                    group, rows = [], 0
-                group.append(i)
-                rows += n
-            if group:
-                yield self.pf.read_row_groups(group, columns=columns)
-        except (pa.ArrowException, OSError) as exc:
-            raise AnalysisError(f"{self.path} could not be read ({exc}): re-run `netgain load`") from None
-
-    def chunks(self, full: bool) -> Iterator[_Chunk]:
-        """Every chunk, decoded; without ``full`` only what the latencies need (no phases, no send
-        times: those figures are then NaN)."""
-        columns = self.columns if full else [*REQUIRED_COLUMNS[:1], "done_ns", "status", "warmup"]
-        for table in self._batches(columns):
-            try:
-                yield self._decode(table)
-            except (pa.ArrowException, OSError) as exc:
-                raise AnalysisError(f"{self.path} could not be read ({exc}): re-run `netgain load`") from None
-
-    def _decode(self, table: pa.Table) -> _Chunk:
-        col = {name: table.column(name).combine_chunks() for name in table.column_names}
-        sched, _ = _ns(col["scheduled_ns"])
-        done, done_ok = _ns(col["done_ns"])
-        if "sent_ns" in col:
-            sent, sent_ok = _ns(col["sent_ns"])
-        else:
-            sent, sent_ok = sched, np.zeros(len(sched), dtype=bool)
-        status = pc.dictionary_encode(pc.fill_null(col["status"], "UNKNOWN"))
-        local = np.asarray(status.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-        to_global = np.array([self._id(str(s)) for s in status.dictionary.to_pylist()], dtype=np.int32)
-        scheduled_s = sched.astype(np.float64) / 1e9
-        if self.warmup_s is not None:
-            warm = scheduled_s < self.warmup_s
-        else:
-            warm = np.asarray(pc.fill_null(col["warmup"], False).to_numpy(zero_copy_only=False), dtype=bool)
-        n = len(sched)
-        phases = {
-            p: _float(col[c]) if c in col else np.full(n, np.nan)
-            for p, c in zip(PHASES, PHASE_COLUMNS, strict=True)
-        }
-        latency = _diff_ms(done, sched, done_ok)
-        code = to_global[local] if len(local) else np.zeros(0, np.int32)
-        measured = ~warm if self.cut_s is None else ~warm & (scheduled_s < self.cut_s)
-        return _Chunk(
-            scheduled_s=scheduled_s,
-            latency=latency,
-            service=_diff_ms(done, sent, done_ok & sent_ok),
-            send_lag=_diff_ms(sent, sched, sent_ok),
-            code=code,
-            warm=warm,
-            measured=measured,
-            phases=phases,
-            total=_float(col["server_total_ms"]) if "server_total_ms" in col else np.full(n, np.nan),
-            batch=_float(col["batch_size"]) if "batch_size" in col else np.full(n, np.nan),
-            ok=measured & (code == self.status_id("OK")) & ~np.isnan(latency),
-        )
-
-    def _id(self, name: str) -> int:
-        if name not in self._status_ids:
-            self._status_ids[name] = len(self.status_names)
-            self.status_names.append(name)
-        return self._status_ids[name]
 
 
 _PHASE_KEYS = (*PHASES, "network", "send_lag", "other", "server_total")
@@ -213,7 +82,7 @@ class _Run:
         self.tail_done = False
         self.fold: _Fold | None = None
 
-    def first(self, c: _Chunk, reader: _Reader) -> None:
+    def first(self, c: Chunk, reader: Reader) -> None:
         self.rows += len(c.code)
         self.warmup += int(c.warm.sum())
         measured = c.measured
@@ -262,7 +131,7 @@ class _Run:
         tail = self.fold is not None or (self.tail is not None and not self.tail_done)
         return not all(s.done for s in rest) or tail
 
-    def every(self, c: _Chunk) -> None:
+    def every(self, c: Chunk) -> None:
         """Each pass: the selectors that still need values, the drift halves and the tail sums."""
         ok = c.ok
         lat = c.latency[ok]
@@ -292,7 +161,7 @@ class _Run:
             self.halves[1].add(lat[~first])
 
     @staticmethod
-    def _cols(c: _Chunk, rows: np.ndarray) -> dict[str, np.ndarray]:
+    def _cols(c: Chunk, rows: np.ndarray) -> dict[str, np.ndarray]:
         """The attribution phases (and the server total) of the selected rows."""
         named = {p: c.phases[p][rows] for p in PHASES}
         cols = phase_matrix(named, c.total[rows], c.service[rows], c.send_lag[rows])
@@ -380,7 +249,7 @@ class _Fold:
         self.sums = TailSums({"p99": hi99, "p999": hi999}, (hi45, lo55))
         self.kept: list[tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]] = []
 
-    def add(self, lat: np.ndarray, ok_rows: np.ndarray, c: _Chunk) -> None:
+    def add(self, lat: np.ndarray, ok_rows: np.ndarray, c: Chunk) -> None:
         unsure = np.zeros(len(lat), dtype=bool)
         for lo, hi in self.open:
             unsure |= (lat >= lo) & (lat <= hi)
@@ -436,7 +305,7 @@ def figures(
     rng: np.random.Generator,
 ) -> Figures:
     """``run_summary``'s figures for a run read in chunks (see the module's docstring)."""
-    reader = _Reader(run_dir, warmup_s)
+    reader = Reader(run_dir, warmup_s)
     cfg, trace = meta.get("config") or {}, meta.get("trace") or {}
     top = None if cfg.get("duration_s") or trace.get("duration_s") else reader.scheduled_max()
     t0, t1 = window(meta, np.array([top]) if top is not None else np.zeros(0), warmup_s)
@@ -479,7 +348,7 @@ def _urgent(n: int) -> list[int]:
 
 
 def _assemble(
-    run: _Run, reader: _Reader, meta: dict[str, Any], boot: np.ndarray, thr: float, thr_draws: np.ndarray
+    run: _Run, reader: Reader, meta: dict[str, Any], boot: np.ndarray, thr: float, thr_draws: np.ndarray
 ) -> Figures:
     names = reader.status_names
     counts = np.concatenate(
