@@ -250,12 +250,14 @@ def fidelity_row(label: str, rate: float, fid: dict) -> list[object]:
     ]
 
 
-def servers(stack: contextlib.ExitStack, protocol: str, count: int, canned: bool) -> str:
+def servers(
+    stack: contextlib.ExitStack, protocol: str, count: int, canned: bool, cpus: str | None = None
+) -> str:
     """Fresh null servers for ``protocol``: netgain's null model over gRPC (``canned``: canned gRPC
     ones), or canned HTTP ones."""
     if protocol == "netgain" and not canned:
         return null_servers(stack, count, free_port(), max_queue=100000, separate=True)
-    return canned_servers(stack, count, grpc=protocol == "netgain")
+    return canned_servers(stack, count, grpc=protocol == "netgain", cpus=cpus)
 
 
 def measure(a: argparse.Namespace, protocol: str, tmp: str, rows: list[list[object]]) -> tuple[dict, dict]:
@@ -268,7 +270,7 @@ def measure(a: argparse.Namespace, protocol: str, tmp: str, rows: list[list[obje
     name = f"netgain load {protocol}" if http else "netgain load"
     results: dict[int, dict] = {}
     with contextlib.ExitStack() as stack:
-        target = servers(stack, protocol, a.servers, a.canned)
+        target = servers(stack, protocol, a.servers, a.canned, a.server_cpus)
         for w in (int(x) for x in a.workers.split(",")):
             # Overloaded on purpose: the cap keeps greenlets from piling up past what the server
             # answers, so the measured send rate is the generator's, not a backlog's.
@@ -316,7 +318,7 @@ def measure(a: argparse.Namespace, protocol: str, tmp: str, rows: list[list[obje
     # Fidelity on fresh servers: after the overload runs, one H200 run showed send lag of hundreds
     # of ms at 60 % that a run without them did not (2.8 ms p99), so nothing is carried over.
     with contextlib.ExitStack() as stack:
-        target = servers(stack, protocol, a.servers, a.canned)
+        target = servers(stack, protocol, a.servers, a.canned, a.server_cpus)
         # Fidelity at each fraction of one worker's capacity; the last fraction also serves accuracy.
         fid: dict = {}
         label = f"{protocol} fidelity" if http else "fidelity"
@@ -374,7 +376,16 @@ def main() -> None:
         action="store_true",
         help="gRPC against canned servers (benchmarks/null_targets.py) as HTTP is, not netgain serve",
     )
+    ap.add_argument("--server-cpus", default=None, help="canned servers on these cores (taskset list)")
+    ap.add_argument(
+        "--load-cpus", default=None, help="this script and the load generator it starts on these cores"
+    )
     a = ap.parse_args()
+    if a.load_cpus:  # the load generator's processes inherit it
+        os.sched_setaffinity(0, {int(c) for c in a.load_cpus.split(",")})
+    print(
+        f"placement: servers on {a.server_cpus or 'any core'}, load generator on {a.load_cpus or 'any core'}"
+    )
     tmp = tempfile.mkdtemp()
     rows: list[list[object]] = []
     summary: dict[str, dict] = {}

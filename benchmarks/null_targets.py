@@ -140,12 +140,15 @@ async def serve_grpc() -> None:
     await server.stop(0)
 
 
-def canned_servers(stack: contextlib.ExitStack, count: int, grpc: bool = False) -> str:
-    """``count`` canned server processes (HTTP, or gRPC) on ports of their own; the comma-joined
-    target."""
+def canned_servers(
+    stack: contextlib.ExitStack, count: int, grpc: bool = False, cpus: str | None = None
+) -> str:
+    """``count`` canned server processes (HTTP, or gRPC) on ports of their own, on ``cpus`` (a
+    taskset list) when given; the comma-joined target."""
     targets = []
     for _ in range(count):
-        cmd = [sys.executable, __file__, *(["--grpc"] if grpc else [])]
+        pin = ["taskset", "-c", cpus] if cpus else []
+        cmd = [*pin, sys.executable, __file__, *(["--grpc"] if grpc else [])]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
         stack.callback(proc.wait, 10)
         stack.callback(proc.terminate)
