@@ -198,8 +198,9 @@ def add_parser(sub: Any) -> None:
 
 def run_compare(args: argparse.Namespace) -> int:
     from netgain.experiments.capacity import expected_runs
-    from netgain.experiments.cpu_vs_gpu import CompareConfig, Progress, Side, run_side, summarize
+    from netgain.experiments.cpu_vs_gpu import CompareConfig, Side, run_side, summarize
     from netgain.experiments.orchestrate import choose_placement
+    from netgain.experiments.progress import Progress
 
     missing = [
         f

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +24,7 @@ from netgain.errors import NetgainError
 from netgain.experiments import capacity
 from netgain.experiments.compare_price import describe, price_trace, searched
 from netgain.experiments.orchestrate import Placement, ServerProcess, run_load
+from netgain.experiments.progress import Progress
 
 
 @dataclass
@@ -69,29 +69,6 @@ class CompareConfig:
     @property
     def load_cpus(self) -> list[int] | None:
         return self.placement.load if self.placement else None
-
-
-class Progress:
-    """``[done/total elapsed]`` lines on stderr; ``~total`` while the search's run count is an estimate."""
-
-    def __init__(self, total: int, estimate: bool = False) -> None:
-        self.total = total
-        self.estimate = estimate
-        self.done = 0
-        self.started = time.monotonic()
-
-    def step(self, label: str) -> None:
-        self.done += 1
-        self.total = max(self.total, self.done)
-        elapsed = time.monotonic() - self.started
-        total = f"~{self.total}" if self.estimate else str(self.total)
-        print(f"[{self.done}/{total} {elapsed:6.0f}s] {label}", file=sys.stderr, flush=True)
-
-    def note(self, label: str) -> None:
-        """A line between steps (a step repeated), not counted as one."""
-        elapsed = time.monotonic() - self.started
-        total = f"~{self.total}" if self.estimate else str(self.total)
-        print(f"[{self.done}/{total} {elapsed:6.0f}s] {label}", file=sys.stderr, flush=True)
 
 
 def _done(run_dir: str) -> bool:
