@@ -80,3 +80,17 @@ def one_row_each(out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     assert n == meta["counts"]["scheduled"] > 0
     assert sorted(rows["index"].tolist()) == list(range(n))  # exactly one row per scheduled request
     return meta, rows
+
+
+def report_blames_kernel(out: Path) -> dict[str, Any]:
+    """``netgain report`` on a run whose service slept 40 ms in "kernel" for every twentieth
+    request: those are the tail and their excess is the kernel's, as the service's Server-Timing
+    says. Returns report.json."""
+    report = run_netgain("report", str(out))
+    assert report.returncode == 0, report.stderr + report.stdout
+    summary: dict[str, Any] = json.loads((out / "report.json").read_text())
+    assert summary["tail"]["dominant"] == "kernel"
+    assert summary["tail"]["p99"]["phases"]["kernel"]["excess_ms"] > 30.0
+    assert summary["phases_ms"]["kernel"]["p99"] >= 40.0
+    assert not any("no server-timing trailer" in g for g in summary["attribution_gaps"])
+    return summary
