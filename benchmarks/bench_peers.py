@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -255,22 +254,11 @@ def write_template(path: str, model: str) -> None:
         json.dump({"method": "POST", "path": "/predict", "body": body, "expect_status": 200}, fh)
 
 
-def _done(run_dir: str) -> bool:
-    return os.path.exists(os.path.join(run_dir, "meta.json"))
-
-
-def _trial(run_dir: str, rate: float, a: argparse.Namespace) -> Any:
-    from netgain.analysis import build_report
-    from netgain.experiments.tune import trial
-
-    rep = build_report(run_dir, slo_p99_ms=a.slo_p99_ms, bootstrap=0) if _done(run_dir) else None
-    return trial(rep, rate, a.slo_p99_ms, a.max_error_ratio)
-
-
 def search_peer(peer: Peer, a: argparse.Namespace, load_cpus: list[int]) -> dict[str, Any]:
     """The capacity search for one peer; its server starts at the first step that has to run."""
     from netgain.experiments import capacity
     from netgain.experiments.orchestrate import run_load
+    from netgain.experiments.steps import run_step
 
     root = os.path.join(a.out, peer.name)
     os.makedirs(root, exist_ok=True)
@@ -293,22 +281,14 @@ def search_peer(peer: Peer, a: argparse.Namespace, load_cpus: list[int]) -> dict
 
         def run(rate: float) -> capacity.Trial:
             run_dir = os.path.join(root, "search", f"r{rate:.6g}")
-            reused = _done(run_dir)
-            if not reused:
-                measure(run_dir, rate)
-            t = _trial(run_dir, rate, a)
-            if not reused and not t.valid and not t.p99 > a.slo_p99_ms:
-                # as compare does: an invalid run that met the SLO says nothing about the server
-                kept = os.path.join(root, "search", "invalid", os.path.basename(run_dir))
-                shutil.rmtree(kept, ignore_errors=True)
-                os.makedirs(os.path.dirname(kept), exist_ok=True)
-                os.rename(run_dir, kept)
-                print(
-                    f"  {peer.name} at {rate:.4g} req/s: invalid run (send lag), repeated once",
-                    file=sys.stderr,
-                )
-                measure(run_dir, rate)
-                t = _trial(run_dir, rate, a)
+            t, reused = run_step(
+                run_dir,
+                rate,
+                a.slo_p99_ms,
+                a.max_error_ratio,
+                lambda: measure(run_dir, rate),
+                lambda msg: print(f"  {peer.name} {msg}", file=sys.stderr),
+            )
             steps.append({"rate": rate, "run_dir": run_dir, **t.__dict__})
             word = "held" if t.held else "missed" + ("" if t.valid else " (invalid run)")
             print(f"  {peer.name} at {rate:.4g} req/s: {t.throughput:.4g} done/s, p99 {t.p99:.2f} ms, {word}"

@@ -13,18 +13,18 @@ import contextlib
 import functools
 import json
 import os
-import shutil
 import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from netgain.contract import rundir as files
 from netgain.contract.report import Report, Sweep
 from netgain.errors import NetgainError
 from netgain.experiments import capacity
 from netgain.experiments.compare_price import describe, price_trace, searched
 from netgain.experiments.orchestrate import Placement, ServerProcess, run_load
 from netgain.experiments.progress import Progress
+from netgain.experiments.steps import done as _done
+from netgain.experiments.steps import judge, run_step
 
 
 @dataclass
@@ -69,10 +69,6 @@ class CompareConfig:
     @property
     def load_cpus(self) -> list[int] | None:
         return self.placement.load if self.placement else None
-
-
-def _done(run_dir: str) -> bool:
-    return os.path.exists(os.path.join(run_dir, files.META))
 
 
 def _serve_args(cfg: CompareConfig, side: Side, batch: int, span_log: str) -> list[str]:
@@ -241,11 +237,7 @@ def _sweep_load(cfg: CompareConfig, side: Side, target: str, run_dir: str, rate:
 
 def _trial(cfg: CompareConfig, run_dir: str, rate: float) -> capacity.Trial:
     """A finished run's figures and whether it held (valid, p99 within the SLO, errors under the bound)."""
-    from netgain.analysis import build_report
-    from netgain.experiments.tune import trial
-
-    rep = build_report(run_dir, slo_p99_ms=cfg.slo_p99_ms, bootstrap=0) if _done(run_dir) else None
-    return trial(rep, rate, cfg.slo_p99_ms, cfg.max_error_ratio)
+    return judge(run_dir, rate, cfg.slo_p99_ms, cfg.max_error_ratio)
 
 
 def step_dir(root: str, batch: int, rate: float) -> str:
@@ -294,19 +286,14 @@ def search_side(
 
         def run(rate: float) -> capacity.Trial:
             run_dir = step_dir(root, b, rate)
-            reused = _done(run_dir)
-            if not reused:
-                _sweep_load(cfg, side, target(), run_dir, rate)
-            t = _trial(cfg, run_dir, rate)
-            if not reused and not t.valid and not t.p99 > cfg.slo_p99_ms:
-                # an invalid run that met the SLO says nothing about the server: run it once more
-                kept = os.path.join(os.path.dirname(run_dir), "invalid", os.path.basename(run_dir))
-                shutil.rmtree(kept, ignore_errors=True)
-                os.makedirs(os.path.dirname(kept), exist_ok=True)
-                os.rename(run_dir, kept)
-                progress.note(f"{head} at {rate:.4g} req/s: invalid run (send lag), repeated once")
-                _sweep_load(cfg, side, target(), run_dir, rate)
-                t = _trial(cfg, run_dir, rate)
+            t, reused = run_step(
+                run_dir,
+                rate,
+                cfg.slo_p99_ms,
+                cfg.max_error_ratio,
+                lambda: _sweep_load(cfg, side, target(), run_dir, rate),
+                lambda msg: progress.note(f"{head} {msg}"),
+            )
             dirs.append((rate, run_dir))
             word = "held" if t.held else "missed"
             progress.step(

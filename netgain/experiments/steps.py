@@ -1,0 +1,50 @@
+"""One capacity-search step on disk, for every search that writes its runs (compare, bench_peers):
+a finished run is reused, an invalid one that met the SLO is measured once more."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+
+from netgain.contract import rundir as files
+from netgain.experiments.capacity import Trial
+
+
+def done(run_dir: str) -> bool:
+    """A finished run: its meta.json is written last."""
+    return os.path.exists(os.path.join(run_dir, files.META))
+
+
+def judge(run_dir: str, rate: float, slo_p99_ms: float, max_error_ratio: float) -> Trial:
+    """A run's figures and whether it held (valid, p99 within the SLO, errors under the bound)."""
+    from netgain.analysis import build_report
+    from netgain.experiments.tune import trial
+
+    rep = build_report(run_dir, slo_p99_ms=slo_p99_ms, bootstrap=0) if done(run_dir) else None
+    return trial(rep, rate, slo_p99_ms, max_error_ratio)
+
+
+def run_step(
+    run_dir: str,
+    rate: float,
+    slo_p99_ms: float,
+    max_error_ratio: float,
+    measure: Callable[[], None],
+    say: Callable[[str], None],
+) -> tuple[Trial, bool]:
+    """(trial, reused) for the step in ``run_dir``. An invalid run that met the SLO says nothing about
+    the server: it is kept in ``invalid/`` beside the step and the step measured once more."""
+    reused = done(run_dir)
+    if not reused:
+        measure()
+    t = judge(run_dir, rate, slo_p99_ms, max_error_ratio)
+    if not reused and not t.valid and not t.p99 > slo_p99_ms:
+        kept = os.path.join(os.path.dirname(run_dir), "invalid", os.path.basename(run_dir))
+        shutil.rmtree(kept, ignore_errors=True)
+        os.makedirs(os.path.dirname(kept), exist_ok=True)
+        os.rename(run_dir, kept)
+        say(f"at {rate:.4g} req/s: invalid run (send lag), repeated once")
+        measure()
+        t = judge(run_dir, rate, slo_p99_ms, max_error_ratio)
+    return t, reused
