@@ -178,6 +178,7 @@ def to_inputs(request: Any, io: ModelIO, max_items: int | None = None) -> list[p
 
 
 OUTPUT_NAMES = ("LABEL", "SCORE", "VALUES")
+METADATA_OUTPUTS = (("LABEL", "INT64"), ("SCORE", "FP32"))  # what model metadata advertises, per item
 
 
 def check_outputs(names: Sequence[str]) -> None:
@@ -244,8 +245,8 @@ class OipServicer:
             await context.abort(grpc.StatusCode.NOT_FOUND, self.missing(request.name, request.version))
         meta = oip.ModelMetadataResponse(name=self.inner.model, versions=[VERSION], platform=self.platform)
         meta.inputs.add(name=INPUT_NAME, datatype=self.io.datatype, shape=self.io.input_shape)
-        meta.outputs.add(name="LABEL", datatype="INT64", shape=[-1])
-        meta.outputs.add(name="SCORE", datatype="FP32", shape=[-1])
+        for name, datatype in METADATA_OUTPUTS:
+            meta.outputs.add(name=name, datatype=datatype, shape=[-1])
         return meta
 
     async def ModelInfer(self, request: Any, context: Any) -> Any:

@@ -18,7 +18,7 @@ from aiohttp import web
 
 import netgain
 from netgain.server.config import ServeConfig
-from netgain.server.oip import INPUT_NAME, VERSION, BadTensor, ModelIO, OipServicer
+from netgain.server.oip import INPUT_NAME, METADATA_OUTPUTS, VERSION, BadTensor, ModelIO, OipServicer
 from netgain.server.rest.codec import (
     BINARY_TYPE,
     HEADER_LENGTH,
@@ -153,10 +153,7 @@ class RestEndpoint:
                 "versions": [VERSION],
                 "platform": self.oip.platform,
                 "inputs": [{"name": INPUT_NAME, "datatype": self.io.datatype, "shape": self.io.input_shape}],
-                "outputs": [
-                    {"name": "LABEL", "datatype": "INT64", "shape": [-1]},
-                    {"name": "SCORE", "datatype": "FP32", "shape": [-1]},
-                ],
+                "outputs": [{"name": n, "datatype": d, "shape": [-1]} for n, d in METADATA_OUTPUTS],
             }
         )
 
