@@ -12,21 +12,16 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
-import time
 from collections.abc import Callable
 from typing import Any
 
 from netgain.errors import NetgainError
 from netgain.loadgen.http_requests import oip_path
-from netgain.loadgen.runner.probe import oip_server_info
+from netgain.loadgen.runner.probe import Refused, oip_server_info, wait_ready
 from netgain.protos import pb
 
 TIMEOUT_S = 3.0
 MAX_BODY = 1 << 20  # a metadata document is a few kB
-
-
-class _Refused(Exception):
-    pass
 
 
 class _NotYet(Exception):
@@ -41,7 +36,7 @@ def not_http(target: str) -> NetgainError:
 
 
 def http_get(target: str, path: str, tls_ca: str | None = None) -> tuple[int, bytes, Any]:
-    """``GET path`` on a fresh connection: (status, body, headers). _Refused when nothing listens,
+    """``GET path`` on a fresh connection: (status, body, headers). Refused when nothing listens,
     _NotYet when nothing answers in time, NetgainError when the answer is not HTTP."""
     host, _, port = target.rpartition(":")
     host = host.strip("[]")
@@ -56,7 +51,7 @@ def http_get(target: str, path: str, tls_ca: str | None = None) -> tuple[int, by
         resp = conn.getresponse()
         return resp.status, resp.read(MAX_BODY), resp.headers
     except ConnectionRefusedError:
-        raise _Refused() from None
+        raise Refused("connection refused") from None
     except (http.client.BadStatusLine, http.client.LineTooLong):
         raise not_http(target) from None
     except ssl.SSLError as exc:
@@ -87,32 +82,27 @@ def wait_http(
     say: Callable[[str], None] | None,
     refused_grace_s: float | None,
 ) -> Any:
-    """Call ``check`` (a result, or None and why not yet) until it gives a result, for up to
-    ``wait_ready_s``; a connection still refused after ``refused_grace_s`` fails at once."""
-    start = time.monotonic()
-    deadline = start + wait_ready_s
-    said = False
-    while True:
+    """``wait_ready`` for an HTTP target: ``check`` (a result, or None and why not yet) until it
+    gives a result; no answer in time is waited for like a server that is starting."""
+
+    def attempt() -> tuple[Any, str]:
         try:
-            result, last = check()
-            if result is not None:
-                return result
-        except _Refused:
-            last = "connection refused"
-            if refused_grace_s is not None and time.monotonic() - start >= refused_grace_s:
-                raise NetgainError(
-                    f"target {target} refused the connection: nothing listens there; is the server "
-                    "running, on that port? (--wait-ready-s S waits S s for a starting server)"
-                ) from None
+            return check()
         except _NotYet as exc:
-            last = f"no answer: {exc}"
-        if time.monotonic() >= deadline:
-            raise NetgainError(f"target {target} is not ready: {what} ({last}); --wait-ready-s waits for it")
-        if not said and say is not None:
-            grace = f"; refused connections fail after {refused_grace_s:g} s" if refused_grace_s else ""
-            say(f"waiting up to {wait_ready_s:g} s for {target}: {what} ({last}){grace}")
-            said = True
-        time.sleep(0.2)
+            return None, f"no answer: {exc}"
+
+    return wait_ready(
+        attempt,
+        wait_ready_s,
+        say,
+        waiting=lambda last: f"waiting up to {wait_ready_s:g} s for {target}: {what} ({last})",
+        not_ready=lambda last: f"target {target} is not ready: {what} ({last}); --wait-ready-s waits for it",
+        refused=(
+            f"target {target} refused the connection: nothing listens there; is the server "
+            "running, on that port? (--wait-ready-s S waits S s for a starting server)"
+        ),
+        refused_grace_s=refused_grace_s,
+    )
 
 
 def _unknown_model(status: int, body: bytes) -> bool:

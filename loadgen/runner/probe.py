@@ -33,6 +33,47 @@ def channel_for(target: str, tls_ca: str | None = None) -> grpc.Channel:
     return grpc.insecure_channel(target)
 
 
+class Refused(Exception):
+    """A check found nothing listening (connection refused): ``wait_ready`` fails on it after the grace."""
+
+
+def wait_ready(
+    check: Callable[[], tuple[Any, str]],
+    wait_ready_s: float,
+    say: Callable[[str], None] | None,
+    waiting: Callable[[str], str],
+    not_ready: Callable[[str], str],
+    refused: str = "",
+    refused_grace_s: float | None = None,
+) -> Any:
+    """Call ``check`` (a result, or None and why not yet) every 0.2 s until it gives a result, for
+    up to ``wait_ready_s``; then NetgainError(``not_ready(why)``). ``say`` is told once, as the wait
+    begins, ``waiting(why)`` (a silent wait of up to --wait-ready-s looks like a hang). A check that
+    raises ``Refused(why)`` still after ``refused_grace_s`` fails at once with ``refused``: nothing
+    listens there, which waiting rarely mends."""
+    start = time.monotonic()
+    deadline = start + wait_ready_s
+    said = False
+    while True:
+        try:
+            result, last = check()
+            if result is not None:
+                return result
+        except Refused as exc:
+            last = str(exc)
+            if refused_grace_s is not None and time.monotonic() - start >= refused_grace_s:
+                raise NetgainError(refused) from None
+        if time.monotonic() >= deadline:
+            raise NetgainError(not_ready(last))
+        if not said and say is not None:
+            grace = (
+                "" if refused_grace_s is None else f"; refused connections fail after {refused_grace_s:g} s"
+            )
+            say(waiting(last) + grace)
+            said = True
+        time.sleep(0.2)
+
+
 def probe_target(
     target: str,
     wait_ready_s: float = 0.0,
@@ -46,43 +87,39 @@ def probe_target(
     (``--wait-ready-s`` given explicitly waits for that too, as for a server that is starting)."""
     if ":" not in target:
         raise NetgainError(f"--target {target!r}: expected HOST:PORT")
-    start = time.monotonic()
-    deadline = start + wait_ready_s
-    last = ""
-    said = False
     with channel_for(target, tls_ca) as ch:
         health = health_pb2_grpc.HealthStub(ch)
-        while True:
+
+        def check() -> tuple[Any, str]:
             try:
                 resp = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=3.0)
                 if resp.status == health_pb2.HealthCheckResponse.SERVING:
-                    return InferenceStub(ch).ServerInfo(pb.ServerInfoRequest(), timeout=5.0)
-                last = f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)}"
+                    return InferenceStub(ch).ServerInfo(pb.ServerInfoRequest(), timeout=5.0), ""
+                return None, f"health is {health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)}"
             except grpc.RpcError as exc:
                 last = f"{exc.code().name}: {exc.details()}"
                 wrong = not_grpc(target, exc)
                 if wrong is not None:
                     raise wrong from None
-                refused = "refused" in str(exc.details()).lower()
-                if refused and refused_grace_s is not None and time.monotonic() - start >= refused_grace_s:
-                    raise NetgainError(
-                        f"target {target} refused the connection: nothing listens there; is `netgain "
-                        "serve` running, on that port? (--wait-ready-s S waits S s for a starting server)"
-                    ) from None
-            if time.monotonic() >= deadline:
-                raise NetgainError(
-                    f"target {target} is not ready ({last}); is `netgain serve` running there? "
-                    "(--wait-ready-s waits for it)"
-                )
-            if not said and say is not None:  # a silent wait of up to --wait-ready-s looks like a hang
-                grace = (
-                    ""
-                    if refused_grace_s is None
-                    else f"; refused connections fail after {refused_grace_s:g} s"
-                )
-                say(f"waiting up to {wait_ready_s:g} s for {target} to be SERVING ({last}){grace}")
-                said = True
-            time.sleep(0.2)
+                if "refused" in str(exc.details()).lower():
+                    raise Refused(last) from None
+                return None, last
+
+        return wait_ready(
+            check,
+            wait_ready_s,
+            say,
+            waiting=lambda last: f"waiting up to {wait_ready_s:g} s for {target} to be SERVING ({last})",
+            not_ready=lambda last: (
+                f"target {target} is not ready ({last}); is `netgain serve` running there? "
+                "(--wait-ready-s waits for it)"
+            ),
+            refused=(
+                f"target {target} refused the connection: nothing listens there; is `netgain "
+                "serve` running, on that port? (--wait-ready-s S waits S s for a starting server)"
+            ),
+            refused_grace_s=refused_grace_s,
+        )
 
 
 def _rpc_error(exc: grpc.RpcError) -> str:
@@ -132,15 +169,13 @@ def probe_oip_target(
 
     if ":" not in target:
         raise NetgainError(f"--target {target!r}: expected HOST:PORT")
-    deadline = time.monotonic() + wait_ready_s
-    last, said = "", False
     with channel_for(target, tls_ca) as ch:
         stub = OipStub(ch)
-        while True:
+
+        def check() -> tuple[Any, str]:
             try:
                 if stub.ModelReady(oip.ModelReadyRequest(name=model_name), timeout=3.0).ready:
-                    meta = stub.ModelMetadata(oip.ModelMetadataRequest(name=model_name), timeout=5.0)
-                    break
+                    return stub.ModelMetadata(oip.ModelMetadataRequest(name=model_name), timeout=5.0), ""
                 last = f"model {model_name!r} is not ready"
             except grpc.RpcError as exc:
                 wrong = not_grpc(target, exc)
@@ -153,16 +188,20 @@ def probe_oip_target(
                     f"target {target} has no ready Open Inference Protocol model {model_name!r}: the "
                     f"server is ready and does not know it ({state}); --oip-model names it"
                 )
-            last = state or last
-            if time.monotonic() >= deadline:
-                raise NetgainError(
-                    f"target {target} has no ready Open Inference Protocol model {model_name!r} ({last}); "
-                    "--oip-model names it, --wait-ready-s waits for it"
-                )
-            if not said and say is not None:
-                say(f"waiting up to {wait_ready_s:g} s for {target} model {model_name!r} ({last})")
-                said = True
-            time.sleep(0.2)
+            return None, state or last
+
+        meta = wait_ready(
+            check,
+            wait_ready_s,
+            say,
+            waiting=lambda last: (
+                f"waiting up to {wait_ready_s:g} s for {target} model {model_name!r} ({last})"
+            ),
+            not_ready=lambda last: (
+                f"target {target} has no ready Open Inference Protocol model {model_name!r} ({last}); "
+                "--oip-model names it, --wait-ready-s waits for it"
+            ),
+        )
     inputs = [(t.name, t.datatype, [int(d) for d in t.shape]) for t in meta.inputs]
     return oip_server_info(model_name, payload_model, meta.name, meta.platform, inputs, "oip")
 
