@@ -2,6 +2,8 @@
 # The H200 reference result: netgain compare for the image and text models (Poisson and a bursty
 # trace), each GPU bottleneck checked by removing it, a cold-start drill and a profile. Run from
 # the repository root on a GPU host: REF_STEPS="text image resnet50 bert-base" bash benchmarks/reference.sh
+# Steps image-bursty/text-bursty replay a synthesized gamma trace (CV 3); text-azure the Azure LLM
+# inference trace 2023 (code), downloaded to $AZURE_CODE (AzurePublicDataset, data/AzureLLMInferenceTrace_code.csv).
 # Prices assumed (USD/hour, see docs/reference/README.md): CPU baseline, a 16-vCPU
 # general-purpose instance, 0.68; GPU treatment, one H200 GPU with its share of host, 3.50.
 set -u
@@ -35,6 +37,12 @@ for step in ${REF_STEPS:-text image resnet50 bert-base}; do
         --out "$REF/trace-gamma-cv3.csv" >/dev/null
       if [ "$m" = image ]; then cmp "$step" "${image[@]}" --trace "$REF/trace-gamma-cv3.csv"
       else cmp "$step" "${text[@]}" --trace "$REF/trace-gamma-cv3.csv"; fi ;;
+    text-azure)  # a public production trace (docs/traces.md): its shape at a mean of 200 req/s
+      python3 -m netgain.cli trace import "${AZURE_CODE:-runs/public/AzureLLMInferenceTrace_code.csv}" \
+        --format azure-llm-2023 --out "$REF/trace-azure-code.csv" >/dev/null || continue
+      python3 -m netgain.cli trace rescale "$REF/trace-azure-code.csv" --rate 200 \
+        --out "$REF/trace-azure-code-200.csv" >/dev/null || continue
+      cmp "$step" "${text[@]}" --trace "$REF/trace-azure-code-200.csv" ;;
     confirm-image) python3 benchmarks/bench_confirm.py "$REF/image" --model image --device "$DEV" \
         2>&1 | tee "$REF/confirm-image.txt" | tail -n 12 ;;
     confirm-text) python3 benchmarks/bench_confirm.py "$REF/text" --model text --handler-option pad=fixed \
