@@ -274,6 +274,18 @@ def test_forward_decodes_one_batch_and_fails_only_the_broken_item(fake_nvjpeg: l
     assert torch.allclose(good, want[:2], atol=0.05)
 
 
+def test_large_photos_resize_a_few_at_a_time(fake_nvjpeg: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    h = ImageHandler({**SMALL, "decode": "gpu"})
+    batch = h.collate([h.preprocess(pb.Input(data=encode("JPEG", (60, 50), seed=i))) for i in range(5)])
+    together, _ = nvjpeg.to_pixels(batch, 32, "cpu")
+    monkeypatch.setattr(nvjpeg, "RESIZE_FLOATS", 2 * 3 * 60 * 50)  # two images per resize call
+    resized: list[int] = []
+    real = nvjpeg.resize
+    monkeypatch.setattr(nvjpeg, "resize", lambda x, size: resized.append(len(x)) or real(x, size))
+    apart, _ = nvjpeg.to_pixels(batch, 32, "cpu")
+    assert resized == [2, 2, 1] and torch.equal(apart, together)
+
+
 def test_out_of_memory_while_decoding_is_not_a_broken_item(monkeypatch: pytest.MonkeyPatch) -> None:
     def oom(datas: list[Any], device: Any) -> list[Any]:
         raise RuntimeError("Error while decoding JPEG images: CUDA out of memory. Tried to allocate 2 GiB")

@@ -17,6 +17,7 @@ NEEDS = "handler option decode=gpu needs --device cuda and torchvision >= 0.19 b
 # few hundred times overflows: a larger reduction goes in two steps of at most this factor each.
 MAX_STEP = 64
 _PREFIX = "Error while decoding JPEG images: "  # torchvision's wrapper around nvJPEG's own message
+RESIZE_FLOATS = 1 << 26  # floats one resize call may take (256 MB): large photos go a few at a time
 
 
 def check(device: str) -> None:
@@ -111,10 +112,13 @@ def to_pixels(batch: list[Any], size: int, device: Any) -> tuple[Any, dict[int, 
     for i, img in decoded.items():
         if i not in invalid:
             by_shape.setdefault(tuple(img.shape), []).append(i)
-    for same in by_shape.values():  # images of one shape resize in one call
-        out = resize(torch.stack([decoded[i] for i in same]), size)
-        for j, i in enumerate(same):
-            rows[i] = out[j]
+    for shape, same in by_shape.items():  # images of one shape resize together
+        per = max(1, RESIZE_FLOATS // (shape[0] * shape[1] * shape[2]))
+        for at in range(0, len(same), per):
+            chunk = same[at : at + per]
+            out = resize(torch.stack([decoded[i] for i in chunk]), size)
+            for j, i in enumerate(chunk):
+                rows[i] = out[j]
     for i, x in enumerate(batch):
         if i in invalid:
             rows[i] = torch.zeros((3, size, size), dtype=torch.uint8, device=device)
