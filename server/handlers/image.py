@@ -54,7 +54,7 @@ class ImageHandler(Handler):
             raise ValueError(
                 "handler option resize='pil' does not go with decode=gpu (torch resizes on the device)"
             )
-        self.max_bytes = self.int_option("max_bytes", 1 << 20, lo=1024, hi=1 << 30)
+        self.max_bytes = self.int_option("max_bytes", 1 << 20, lo=1024, hi=1 << 26)
         if gpu:
             # JPEG bytes of any length (PNG pixels beside them) cross to the device as a list.
             self.host_inputs = True
