@@ -13,8 +13,8 @@ from typing import Any
 
 MIN_TORCHVISION = (0, 19)  # decode_jpeg takes a list (one batched nvJPEG call) from 0.19
 NEEDS = "handler option decode=gpu needs --device cuda and torchvision >= 0.19 built with CUDA (nvJPEG)"
-# The CUDA antialiased resize keeps a side's filter weights in shared memory, which a reduction of a
-# few hundred times overflows: a larger reduction goes in two steps of at most this factor each.
+# The CUDA antialiased resize keeps a side's filter weights in shared memory, which a reduction of
+# about 200 times (float32, 224 px) overflows: a larger one goes in two steps of at most this each.
 MAX_STEP = 64
 _PREFIX = "Error while decoding JPEG images: "  # torchvision's wrapper around nvJPEG's own message
 RESIZE_FLOATS = 1 << 26  # floats one resize call may take (256 MB): large photos go a few at a time
