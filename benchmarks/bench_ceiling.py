@@ -7,9 +7,12 @@ already collated and pinned; copies included, as the server pays them). Then ``n
 arrivals at rising rates until p99 exceeds the SLO; capacity is the highest rate that held it
 with a valid run and under 0.1 % errors. Prints capacity / ceiling, where the ceiling is
 min(pre-processing, forward) on a GPU and, on the CPU, where both stages share the same cores,
-1 / (1/pre-processing + 1/forward).
+1 / (1/pre-processing + 1/forward). With ``--handler-option decode=gpu`` (image, resnet50) the
+ceilings follow the work: pre-processing is the header check alone, and the forward ceiling is
+nvJPEG decode, resize and forward on the device, for batches of JPEG bytes.
 
     python benchmarks/bench_ceiling.py --model image --device cuda --server-cores 10 --batch 32
+    python benchmarks/bench_ceiling.py --model image --device cuda --handler-option decode=gpu
 """
 
 from __future__ import annotations
@@ -256,9 +259,12 @@ def main(argv: list[str] | None = None) -> int:
         ceiling = 1.0 / (1.0 / pre + 1.0 / fwd["items_s"])
         limit = "pre-processing + forward on the same cores"
     fwd_s = fwd["items_s"]
+    gpu_decode = ""
+    if options.get("decode") == "gpu":
+        gpu_decode = " (decode=gpu: pre-processing checks headers; the forward decodes and resizes)"
     print(f"ceilings: pre-processing {pre:,.0f}/s on {len(server_cores)} cores; forward {fwd_s:,.0f}/s "
           f"at batch {a.batch} (kernel alone {fwd['kernel_items_s']:,.0f}/s); "
-          f"ceiling {ceiling:,.0f}/s ({limit})", flush=True)  # fmt: skip
+          f"ceiling {ceiling:,.0f}/s ({limit}){gpu_decode}", flush=True)  # fmt: skip
     summary = []
     for variant in a.variant or [""]:
         capacity = sweep(a, variant, ceiling, server_cores, load_cores)

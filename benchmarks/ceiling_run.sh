@@ -8,6 +8,8 @@ for m in "${@:-image}"; do
   case $m in
     image) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model image --device cuda --batch 32 --start 0.45 $C --step 0.05 \
              --variant "" --variant "--device-cores 1" ;;
+    image-gpudecode) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model image --handler-option decode=gpu --device cuda --batch 32 --start 0.45 $C --step 0.05 \
+             --variant "" ;;
     text) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model text --handler-option pad=fixed --device cuda --batch 64 --start 0.4 $C --step 0.05 \
              --variant "" --variant "--device-cores 0" ;;
     image-cpu) timeout -s INT 560 python3 benchmarks/bench_ceiling.py --model image --device cpu --server-cores 12 --batch 8 --start 0.3 $C ;;

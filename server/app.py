@@ -46,6 +46,7 @@ class Server:
         self.cold = cold
         self.device = resolve_device(cfg.device)
         self.handler = build_handler(cfg)
+        self.handler.check_device(self.device)
         self.telemetry = build_telemetry(cfg, self.handler.name, self.device, runs_model=True, span_log=True)
         self.registry, self.metrics = self.telemetry.registry, self.telemetry.metrics
         self.recorder, self.sampler = self.telemetry.recorder, self.telemetry.sampler

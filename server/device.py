@@ -3,6 +3,8 @@
 On CUDA the h2d, kernel and d2h spans come from CUDA events recorded on the
 instance's own stream and read after the batch's single synchronisation; on the
 CPU the kernel span is the wall time of the forward pass and the copies are 0.
+A handler with ``host_inputs`` makes its own copies inside ``forward``: its h2d span
+is 0 and the kernel span holds them.
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from netgain.server.handlers.base import Handler
+from netgain.server.handlers.base import Handler, PartialOutput
 
 
 class DeviceOutOfMemory(RuntimeError):
@@ -27,6 +29,7 @@ class DeviceResult:
     kernel_ns: int
     d2h_ns: int
     splits: int = 0
+    invalid: dict[int, str] = field(default_factory=dict)  # row -> message: bad input found by forward
 
 
 def tree_map(fn: Callable[[Any], Any], batch: Any) -> Any:
@@ -39,6 +42,13 @@ def tree_map(fn: Callable[[Any], Any], batch: Any) -> Any:
 
 def _rows(batch: Any, start: int, end: int) -> Any:
     return tree_map(lambda t: t[start:end], batch)
+
+
+def _unwrap(out: Any) -> tuple[Any, dict[int, str]]:
+    """forward's output and the rows it found invalid (a PartialOutput carries both)."""
+    if isinstance(out, PartialOutput):
+        return out.output, out.invalid
+    return out, {}
 
 
 def batch_rows(batch: Any) -> int:
@@ -102,8 +112,15 @@ class DeviceRunner:
         self.model: Any = None
         self.stream: Any = None
         self._autocast = self.dtype != "float32" and handler.uses_device
-        # Graphs need fixed shapes; a handler that pads to the longest item in a batch cannot use them.
-        self.cuda_graphs = cuda_graphs and self.is_cuda and handler.uses_device and handler.fixed_shapes
+        # Graphs need fixed shapes; a handler that pads to the longest item in a batch cannot use them,
+        # nor one whose forward copies host inputs itself (a graph replays no host-side work).
+        self.cuda_graphs = (
+            cuda_graphs
+            and self.is_cuda
+            and handler.uses_device
+            and handler.fixed_shapes
+            and not handler.host_inputs
+        )
         self.graphs: Any = None
         self._events: list[Any] = []  # the four timing events, made once (see place)
 
@@ -129,7 +146,7 @@ class DeviceRunner:
 
     def prepare(self, batch: Any) -> Any:
         """Host-side staging done on a pre-processing thread: pinned memory for async copies."""
-        if self.is_cuda and self.handler.uses_device:
+        if self.is_cuda and self.handler.uses_device and not self.handler.host_inputs:
             return tree_map(lambda t: t.pin_memory(), batch)
         return batch
 
@@ -158,8 +175,8 @@ class DeviceRunner:
 
         if not self.handler.uses_device:
             t0 = time.perf_counter_ns()
-            out = self.handler.forward(self.model, batch)
-            return DeviceResult(out, 0, time.perf_counter_ns() - t0, 0)
+            out, invalid = _unwrap(self.handler.forward(self.model, batch))
+            return DeviceResult(out, 0, time.perf_counter_ns() - t0, 0, invalid=invalid)
         try:
             return self._run_cuda(batch) if self.is_cuda else self._run_cpu(batch)
         except torch.OutOfMemoryError:
@@ -170,14 +187,15 @@ class DeviceRunner:
 
         t0 = time.perf_counter_ns()
         with torch.inference_mode(), self._autocast_ctx():
-            out = self.handler.forward(self.model, batch)
+            out, invalid = _unwrap(self.handler.forward(self.model, batch))
         out = out.float() if out.dtype != torch.float32 else out
-        return DeviceResult(out, 0, time.perf_counter_ns() - t0, 0)
+        return DeviceResult(out, 0, time.perf_counter_ns() - t0, 0, invalid=invalid)
 
     def _run_cuda(self, batch: Any) -> DeviceResult:
         import torch
 
         events = self._events
+        invalid: dict[int, str] = {}
         with torch.cuda.stream(self.stream), torch.inference_mode():
             events[0].record(self.stream)
             if self.graphs is not None:
@@ -189,10 +207,13 @@ class DeviceRunner:
                     out = self.graphs.replay(entry, rows)
             else:
                 with self._range("h2d"):
-                    dev = tree_map(lambda t: t.to(self.device, non_blocking=True), batch)
+                    if self.handler.host_inputs:  # forward copies them itself: its copies are kernel time
+                        dev = batch
+                    else:
+                        dev = tree_map(lambda t: t.to(self.device, non_blocking=True), batch)
                 events[1].record(self.stream)
                 with self._range("kernel"), self._autocast_ctx():
-                    out = self.handler.forward(self.model, dev)
+                    out, invalid = _unwrap(self.handler.forward(self.model, dev))
             events[2].record(self.stream)
             with self._range("d2h"):
                 host = torch.empty(out.shape, dtype=torch.float32, pin_memory=True)
@@ -200,12 +221,14 @@ class DeviceRunner:
             events[3].record(self.stream)
         events[3].synchronize()
         ms = [events[i].elapsed_time(events[i + 1]) for i in range(3)]
+        if self.handler.host_inputs:  # no copy of ours between the first two events: all kernel
+            ms = [0.0, ms[0] + ms[1], ms[2]]
         inner = entry.kernel_ms() if self.graphs is not None else None
         if inner is not None:
             # The graph's own events: the time it waited to be launched is not kernel time (the
             # pipeline charges it to queue with the rest of the device stage's waits).
             ms[1] = min(ms[1], inner)
-        return DeviceResult(host, int(ms[0] * 1e6), int(ms[1] * 1e6), int(ms[2] * 1e6))
+        return DeviceResult(host, int(ms[0] * 1e6), int(ms[1] * 1e6), int(ms[2] * 1e6), invalid=invalid)
 
     def _split_after_oom(self, batch: Any) -> DeviceResult:
         import torch
@@ -216,11 +239,14 @@ class DeviceRunner:
         if rows <= 1:
             raise DeviceOutOfMemory("device out of memory on a single item") from None
         half = rows // 2
-        parts = [self.run(_rows(batch, a, b)) for a, b in ((0, half), (half, rows))]
+        # A host-inputs batch is a list of items: slice the list, not each item.
+        cut = (lambda a, b: batch[a:b]) if self.handler.host_inputs else (lambda a, b: _rows(batch, a, b))
+        parts = [self.run(cut(a, b)) for a, b in ((0, half), (half, rows))]
         return DeviceResult(
             torch.cat([p.output for p in parts]),
             sum(p.h2d_ns for p in parts),
             sum(p.kernel_ns for p in parts),
             sum(p.d2h_ns for p in parts),
             splits=1 + sum(p.splits for p in parts),
+            invalid={**parts[0].invalid, **{half + i: m for i, m in parts[1].invalid.items()}},
         )

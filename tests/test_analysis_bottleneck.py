@@ -233,3 +233,35 @@ def test_a_server_using_all_its_cores_is_never_unsaturated(tmp_path: Path) -> No
     assert any("9.70 of its 10.00 cores" in e for e in b["evidence"])
     samples["netgain_process_cpu_ratio"] = 7.0
     assert _kind(tmp_path / "headroom", "cuda", samples)["kind"] == "unsaturated"
+
+
+@pytest.mark.parametrize(
+    ("model", "options", "named"),
+    [
+        ("image", {}, True),
+        ("resnet50", {"decode": "cpu"}, True),
+        ("image", {"decode": "gpu"}, False),  # already decoding on the GPU
+        ("text", {}, False),  # no such option
+    ],
+)
+def test_upstream_bound_image_handler_names_gpu_decode(
+    tmp_path: Path, model: str, options: dict[str, str], named: bool
+) -> None:
+    """An image handler bound by CPU pre-processing on a GPU: the action names decode=gpu."""
+    samples = {
+        "netgain_gpu_utilization_ratio": 0.15,
+        "netgain_kernel_busy_ratio": 0.1,
+        "netgain_cpu_cores": 8,
+        "netgain_process_cpu_ratio": 2.5,
+        "netgain_thread_cpu_ratio": {"role=prepost": 1.96, "role=frontend": 0.3},
+        "netgain_queue_depth_requests": growing,
+    }
+    meta = {"server": {"model": model, "handler_options": options}}
+    run = make_run(
+        tmp_path, rate=100.0, duration_s=10.0, warmup_s=2.0, device="cuda", samples=samples, meta=meta
+    )
+    b = build_report(run, bootstrap=0)["bottleneck"]
+    assert (b["kind"], b["resource"]) == ("upstream-bound", "interpreter")
+    assert ("GPU pre-processing with --handler-option decode=gpu" in b["action"]) is named, b["action"]
+    assert "GPU pre-processing" in b["action"]
+    assert all(k["action"] == b["action"] for k in b["kinds"])

@@ -275,7 +275,7 @@ def test_every_string_and_flag_too(full: dict[str, Any]) -> None:
     ]
     action = (
         "more processes (netgain serve --workers N: one interpreter each), or take the work out of "
-        "Python (GPU pre-processing, a faster decoder)"
+        "Python (GPU pre-processing with --handler-option decode=gpu, a faster decoder)"
     )
     assert r["bottleneck"] == {
         "kind": "upstream-bound",

@@ -85,6 +85,11 @@ ACTIONS = {
 }
 
 
+# The image handlers' GPU pre-processing, named where an action suggests it (``decode_lever``).
+GPU_PRE = "GPU pre-processing"
+GPU_PRE_IMAGE = "GPU pre-processing with --handler-option decode=gpu"
+
+
 def _labels(s: str) -> dict[str, str]:
     return dict(kv.split("=", 1) for kv in s.split(",") if "=" in kv) if s else {}
 
@@ -401,12 +406,15 @@ def classify(
     server_known: bool = True,
     missed: str | None = None,
     shed: int = 0,
+    decode_lever: bool = False,
 ) -> dict[str, Any]:
     """The bottleneck: ``kind`` (the first of ``kinds``), its ``evidence`` and ``action``; every kind
     that applies in ``kinds``, each with its own evidence lines and next action. ``server_known``
     False (a target without netgain telemetry): the server is not judged, its kind is ``unknown``
     unless the load generator's own kind applies. ``missed`` says how the run missed its SLO (then
-    the server is never ``unsaturated``); ``shed`` counts RESOURCE_EXHAUSTED answers."""
+    the server is never ``unsaturated``); ``shed`` counts RESOURCE_EXHAUSTED answers.
+    ``decode_lever``: an image handler on a GPU that decodes on the CPU, so an action suggesting GPU
+    pre-processing names its option."""
     gen_ev: list[str] = []
     worker = cpu.get("worker_max")
     lag_bad = send_lag_p99_ms is not None and send_lag_p99_ms > max_send_lag_ms
@@ -471,6 +479,9 @@ def classify(
             srv["evidence"] = [*srv_ev, *gen_ev]
             srv["action"] = f"{server['action']}; {ACTIONS['target-drops']}"
         kinds.append(srv)
+    if decode_lever:
+        for k in kinds:
+            k["action"] = k["action"].replace(GPU_PRE, GPU_PRE_IMAGE)
     first = kinds[0]
     interp = cpu.get("interpreter") or {}
     return {

@@ -189,7 +189,15 @@ def _resources(
     ser = bn.series(samples, rows.t0, rows.t1)
     gpu, cpu, queue = bn.summarize_resources(ser, meta, rows.dur, bn.requests_by_pid(span_log))
     max_lag = float(_cfg(meta).get("max_send_lag_ms") or DEFAULT_MAX_SEND_LAG_MS)
-    device = str((meta.get("server") or {}).get("device") or "unknown")
+    server = meta.get("server") or {}
+    device = str(server.get("device") or "unknown")
+    options = server.get("handler_options") or {}
+    # The image handlers decode on the CPU unless told: on a GPU their decode can move there.
+    decode_lever = (
+        server.get("model") in ("image", "resnet50")
+        and device.startswith("cuda")
+        and options.get("decode") != "gpu"
+    )
     bott = bn.classify(
         gpu,
         cpu,
@@ -201,6 +209,7 @@ def _resources(
         server_known=server_measured(meta),
         missed=missed,
         shed=shed,
+        decode_lever=decode_lever,
     )
     return {"series": ser, "gpu": gpu, "cpu": cpu, "queue": queue, "device": device, "bottleneck": bott}
 

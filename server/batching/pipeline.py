@@ -238,9 +238,14 @@ class Pipeline:
     def _post(self, batch: Batch, result: Any) -> None:
         t0 = self.clock()
         size = batch.rows[-1][2] if batch.rows else 0
+        invalid = result.invalid if result is not None else {}
         for p, first, end in batch.rows:
             p.spans["queue"] += t0 - batch.device_end_ns
             if result is None or p.code != "OK":
+                continue
+            bad = next((invalid[i] for i in range(first, end) if i in invalid), None) if invalid else None
+            if bad is not None:  # an item the forward pass found invalid (e.g. a corrupt JPEG body)
+                p.fail("INVALID_ARGUMENT", bad)
                 continue
             try:
                 p.outputs = [self.handler.postprocess(result.output[i]) for i in range(first, end)]

@@ -9,6 +9,7 @@ class as ``module:Class`` (see "Handlers: your own model" in docs/server.md).
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass, field
 from typing import Any
 
 from netgain.contract.payloads import int_option
@@ -21,6 +22,17 @@ class InvalidInput(ValueError):
 
 class NonFiniteOutput(ValueError):
     """The model produced NaN or infinity for an item: its request fails (INVALID_ARGUMENT), never OK."""
+
+
+@dataclass
+class PartialOutput:
+    """What ``forward`` returns when some items of its batch turn out to be bad input only on the
+    device (a JPEG body nvJPEG cannot decode): ``output`` has one row per item, and ``invalid`` maps
+    a bad item's row to its one-line message. Those requests fail with INVALID_ARGUMENT (their rows
+    are never read); the others are answered as usual."""
+
+    output: Any
+    invalid: dict[int, str] = field(default_factory=dict)
 
 
 class Handler:
@@ -36,6 +48,12 @@ class Handler:
     uses_device = True
     #: True when every batch of a given size has the same input shapes (CUDA graphs allowed).
     fixed_shapes = False
+    #: True when the batch stays on the host and ``forward`` makes its own copies (no pinning, no h2d
+    #: copy, no CUDA graphs); ``collate`` then defaults to a list of the items.
+    host_inputs = False
+    #: Bytes one pre-processed item may take where ``example_input``'s do not show it: the
+    #: ``--workers`` hand-off slots are sized for at least this much (0: the example items alone).
+    max_item_bytes = 0
 
     def __init__(self, options: dict[str, str] | None = None, seed: int = 0) -> None:
         self.options = dict(options or {})
@@ -45,6 +63,10 @@ class Handler:
     def int_option(self, key: str, default: int, lo: int = 1, hi: int = 1 << 30) -> int:
         """``--handler-option key=value`` as an integer in ``[lo, hi]`` (ValueError otherwise)."""
         return int_option(self.options, key, default, lo, hi)
+
+    def check_device(self, device: str) -> None:
+        """Raise ValueError (one line) when these options cannot serve on ``device`` (``cpu``,
+        ``cuda``, ``cuda:N``); the server calls it at start-up, before it builds the model."""
 
     # -- model lifecycle ---------------------------------------------------------
     def build_model(self) -> Any:
@@ -58,12 +80,15 @@ class Handler:
 
     def collate(self, items: list[Any]) -> Any:
         """Combine preprocessed items into one batch (a tensor or a dict of tensors)."""
+        if self.host_inputs:
+            return list(items)
         import torch
 
         return torch.stack(items)
 
     def forward(self, model: Any, batch: Any) -> Any:
-        """Device work for one batch. Must return a tensor whose first dimension is the item index."""
+        """Device work for one batch. Must return a tensor whose first dimension is the item index
+        (or a PartialOutput holding one, when some items prove invalid only here)."""
         return model(batch)
 
     def postprocess(self, row: Any) -> pb.Output:

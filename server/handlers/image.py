@@ -3,7 +3,8 @@
 Pre-processing hands the device uint8 pixels (4x fewer bytes to copy than float32): height x
 width x channel as Pillow resizes them (no transposing copy on the CPU), or channel first as
 torch's resize writes them (``resize=torch``); the model moves channels first where needed,
-scales and normalises on the device.
+scales and normalises on the device. With ``decode=gpu`` the CPU only checks the header and a
+JPEG's bytes go to the device as they came, decoded there in batches (``nvjpeg.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from netgain.contract.payloads import DEFAULT_IMAGE_BYTES, synthetic_jpeg
 from netgain.protos import inference_pb2 as pb
-from netgain.server.handlers.base import Handler, InvalidInput, argmax_output
+from netgain.server.handlers.base import Handler, InvalidInput, PartialOutput, argmax_output
 
 _MEAN = (0.485, 0.456, 0.406)
 _STD = (0.229, 0.224, 0.225)
@@ -29,7 +30,10 @@ class ImageHandler(Handler):
     """Options: ``size`` (input side, default 224), ``classes`` (1000),
     ``max_pixels`` (decoded pixel limit against decompression bombs, default 40,000,000),
     ``resize`` (``pil``, the default, or ``torch``: the same antialiased bilinear resize by torch's
-    uint8 kernel, which costs a fraction of Pillow's on one thread; docs/benchmarks.md)."""
+    uint8 kernel, which costs a fraction of Pillow's on one thread; docs/benchmarks.md),
+    ``decode`` (``cpu``, the default, or ``gpu``: JPEGs decoded by nvJPEG and resized by torch on
+    the device; PNGs still on the CPU; needs --device cuda and torchvision), ``max_bytes`` (with
+    ``decode=gpu``, the largest JPEG accepted, default 1 MiB: the --workers hand-off slots hold it)."""
 
     name = "image"
     fixed_shapes = True
@@ -39,9 +43,29 @@ class ImageHandler(Handler):
         self.size = self.int_option("size", 224, lo=8, hi=4096)
         self.classes = self.int_option("classes", 1000, hi=1 << 16)
         self.max_pixels = self.int_option("max_pixels", 40_000_000)
-        self.resize = self.options.get("resize", "pil")
+        self.decode = self.options.get("decode", "cpu")
+        if self.decode not in ("cpu", "gpu"):
+            raise ValueError(f"handler option decode={self.decode!r}: use cpu or gpu")
+        gpu = self.decode == "gpu"
+        self.resize = self.options.get("resize", "torch" if gpu else "pil")
         if self.resize not in ("pil", "torch"):
             raise ValueError(f"handler option resize={self.resize!r}: use pil or torch")
+        if gpu and self.resize != "torch":
+            raise ValueError(
+                "handler option resize='pil' does not go with decode=gpu (torch resizes on the device)"
+            )
+        self.max_bytes = self.int_option("max_bytes", 1 << 20, lo=1024, hi=1 << 26)
+        if gpu:
+            # JPEG bytes of any length (PNG pixels beside them) cross to the device as a list.
+            self.host_inputs = True
+            self.fixed_shapes = False
+            self.max_item_bytes = max(self.max_bytes, 3 * self.size * self.size)
+
+    def check_device(self, device: str) -> None:
+        if self.decode == "gpu":
+            from netgain.server.handlers import nvjpeg
+
+            nvjpeg.check(device)
 
     def build_model(self) -> Any:
         import torch
@@ -75,16 +99,30 @@ class ImageHandler(Handler):
             return CNN(self.classes).eval()
 
     def preprocess(self, item: pb.Input) -> Any:
-        import numpy as np
-        import torch
+        img = self._open(item.data)
+        # nvJPEG decodes YCbCr and grayscale JPEGs; CMYK ones and PNGs are decoded here.
+        if self.decode == "gpu" and img.format == "JPEG" and img.mode in ("RGB", "L"):
+            import torch
+
+            if len(item.data) > self.max_bytes:
+                raise InvalidInput(
+                    f"JPEG is {len(item.data)} bytes, over the limit of {self.max_bytes} with decode=gpu "
+                    "(handler option max_bytes)"
+                )
+            # Its own copy of the bytes: the request's buffer is not the tensor's to keep.
+            return torch.frombuffer(bytearray(item.data), dtype=torch.uint8)
+        return self._pixels(img)
+
+    def _open(self, data: bytes) -> Any:
+        """The image, its header read and checked (format, declared pixels); nothing decoded yet."""
         from PIL import Image, UnidentifiedImageError
 
-        if not item.data:
+        if not data:
             raise InvalidInput("image payload is empty: send JPEG or PNG bytes in Input.data")
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
-                img = Image.open(io.BytesIO(item.data))
+                img = Image.open(io.BytesIO(data))
         except UnidentifiedImageError:
             raise InvalidInput("payload is not a decodable JPEG or PNG image") from None
         except (Image.DecompressionBombWarning, Image.DecompressionBombError) as exc:
@@ -99,6 +137,15 @@ class ImageHandler(Handler):
                 f"image declares {width}x{height} pixels, over the limit of {self.max_pixels} "
                 "(handler option max_pixels)"
             )
+        return img
+
+    def _pixels(self, img: Any) -> Any:
+        """Decoded and resized on the CPU: ``size`` x ``size`` x 3 (Pillow) or 3 x ``size`` x ``size``
+        (``resize=torch``), uint8."""
+        import numpy as np
+        import torch
+        from PIL import Image
+
         try:
             if img.format == "JPEG":
                 img.draft("RGB", (self.size, self.size))
@@ -115,6 +162,16 @@ class ImageHandler(Handler):
             pixels.permute(2, 0, 1).unsqueeze(0), (self.size, self.size), mode="bilinear", antialias=True
         )
         return out[0]
+
+    def forward(self, model: Any, batch: Any) -> Any:
+        if not self.host_inputs:
+            return model(batch)
+        from netgain.server.handlers import nvjpeg
+
+        device = next(model.parameters()).device
+        pixels, invalid = nvjpeg.to_pixels(batch, self.size, device)
+        out = model(pixels)
+        return PartialOutput(out, invalid) if invalid else out
 
     def postprocess(self, row: Any) -> pb.Output:
         return argmax_output(row)

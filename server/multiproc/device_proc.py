@@ -75,9 +75,12 @@ class SlotHandler(Handler):
         self.name = inner.name
         self.uses_device = inner.uses_device
         self.fixed_shapes = inner.fixed_shapes
+        self.host_inputs = inner.host_inputs
         # Items are stacked straight into pinned buffers, reused round-robin: a buffer is reused
         # only after ``staging`` later batches, more than the pipeline lets into flight at once.
-        self.staging = staging if type(inner).collate is Handler.collate else 0
+        # Host inputs are not stacked: the handler's forward copies them from the slots.
+        plain = type(inner).collate is Handler.collate and not inner.host_inputs
+        self.staging = staging if plain else 0
         self.max_rows = max_rows
         self._buffers: dict[tuple[Any, ...], list[Any]] = {}
         self._turn = 0

@@ -43,9 +43,9 @@ def item_bytes(value: Any) -> int:
 
 
 def measure_items(handler: Any, seed: int) -> tuple[int, float, int]:
-    """Slot bytes (room for the largest of a few pre-processed example items, a quarter to spare),
-    the fastest of their pre-processing times in ms (one thread, the first call excluded) and the
-    largest item's bytes."""
+    """Slot bytes (room for the largest of a few pre-processed example items, a quarter to spare,
+    and for the handler's ``max_item_bytes``), the fastest of their pre-processing times in ms (one
+    thread, the first call excluded) and the largest item's bytes."""
     rng = random.Random(seed)
     sizes, times = [], []
     for _ in range(6):
@@ -53,7 +53,7 @@ def measure_items(handler: Any, seed: int) -> tuple[int, float, int]:
         t0 = time.perf_counter()
         sizes.append(item_bytes(handler.preprocess(x)))
         times.append((time.perf_counter() - t0) * 1e3)
-    need = ITEM_HEADER + max(MIN_SLOT_BYTES, max(sizes) + max(sizes) // 4)
+    need = ITEM_HEADER + max(MIN_SLOT_BYTES, max(sizes) + max(sizes) // 4, int(handler.max_item_bytes))
     return -(-need // 4096) * 4096, min(times[1:]), max(sizes)
 
 
@@ -75,13 +75,14 @@ class Supervisor:
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         torch.set_num_threads(1)  # sizing below must not start an OpenMP pool before the forks
         self.device = resolve_device(cfg.device)
+        self.handler = build_handler(cfg)
+        self.handler.check_device(self.device)  # before any port is claimed or process forked
         port = claim_port(cfg.host, cfg.port)
         http_port = cfg.http_port
         if http_port >= 0:  # the frontends all listen on one port: a free one is chosen here
             http_port = claim_port(cfg.host, http_port, flag="--http-port", taken=(port,))
         self.cfg = dataclasses.replace(cfg, port=port, http_port=http_port)
         self.cold = cold
-        self.handler = build_handler(cfg)
         self.slot_bytes, self.pre_ms, self.item_bytes = measure_items(self.handler, cfg.seed)
         usable = os.sched_getaffinity(0)
         self.kept = cfg.resolved_device_cores(len(usable), self.device, self.item_bytes)
