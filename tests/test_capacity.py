@@ -82,6 +82,26 @@ def test_bracket_of_earlier_runs() -> None:
     assert none.reached_floor and none.capacity_rps is None
 
 
+def test_the_point_stays_in_its_bracket_when_a_short_window_ran_above_its_rate() -> None:
+    """Recorded on a GPU host (BERT-base on 12 CPU cores, 3 s steps): the step offered 9.375 req/s
+    completed 10.33/s and held, the one offered 10.16 missed; the point is then the held rate."""
+    runs = [
+        (12.5, 12.67, False),
+        (6.25, 7.0, True),
+        (9.375, 10.33, True),
+        (10.9375, 11.67, False),
+        (10.15625, 11.0, False),
+    ]
+    trials = [Trial(r, thr, 1.0, 50.0 if ok else 110.0, 0, 0.0, True, "", ok) for r, thr, ok in runs]
+    cap = from_trials(trials, floor=1, ceiling=1e5, precision=0.1)
+    assert (cap.last_held, cap.first_missed, cap.capacity_rps) == (9.375, 10.15625, 9.375)
+    it = iter(trials)
+    searched = search(lambda rate: next(it), 12.5, floor=1, ceiling=1e5, precision=0.1).capacity
+    assert (searched.last_held, searched.first_missed, searched.capacity_rps) == (9.375, 10.15625, 9.375)
+    # Below the first missed rate the best completed throughput stays the point.
+    assert from_trials(trials[:3], floor=1, ceiling=1e5, precision=0.1).capacity_rps == 10.33
+
+
 def test_expected_runs_bound_the_real_count() -> None:
     typical, most = expected_runs(50, 1, 10_000, 0.1)
     assert typical <= most

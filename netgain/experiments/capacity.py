@@ -7,7 +7,8 @@ until one holds, if it holds it doubles up to the ceiling until one misses; then
 between the last rate that held and the first that missed until
 ``(first_missed - last_held) / last_held <= precision``. The result is a bracket, never a point
 alone: ``last_held`` and ``first_missed`` (offered rates), and ``capacity_rps``, the best completed
-throughput among the runs that held. Nothing held down to the floor: ``reached_floor`` (the side
+throughput among the runs that held (the last held rate when that reaches the first missed one,
+so the point lies in its bracket). Nothing held down to the floor: ``reached_floor`` (the side
 cannot meet the SLO at any rate >= floor). Everything held up to the ceiling: ``unbounded``.
 """
 
@@ -75,6 +76,15 @@ def expected_runs(start: float, floor: float, ceiling: float, precision: float) 
     return 1 + min(3, up + down) + bisect, 1 + max(up, down) + bisect
 
 
+def point(held: list[float], last_held: float | None, first_missed: float | None) -> float | None:
+    """The capacity point: the best throughput completed by a run that held, unless it reaches the
+    first rate that missed (a short window's arrivals ran above their mean): then the last held rate."""
+    best = max(held, default=None)
+    if best is not None and last_held is not None and first_missed is not None and best >= first_missed:
+        return last_held
+    return best
+
+
 def search(
     run: Callable[[float], Trial],
     start: float,
@@ -131,9 +141,8 @@ def search(
             good = mid
         else:
             bad = mid
-    held = [t.throughput for t in trials if t.held]
     cap = Capacity(
-        capacity_rps=max(held) if held else None,
+        capacity_rps=point([t.throughput for t in trials if t.held], good, bad),
         last_held=good,
         first_missed=bad,
         floor_rps=floor,
@@ -155,7 +164,7 @@ def from_trials(trials: list[Trial], *, floor: float, ceiling: float, precision:
     bad = min(above, default=None)
     lowest = min((t.rate for t in trials), default=None)
     return Capacity(
-        capacity_rps=max((t.throughput for t in held), default=None),
+        capacity_rps=point([t.throughput for t in held], good, bad),
         last_held=good,
         first_missed=bad,
         floor_rps=floor,
