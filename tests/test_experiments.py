@@ -120,6 +120,20 @@ def test_compare_refuses_without_prices_or_gpu(tmp_path: Path) -> None:
         assert res.returncode == 2 and "no CUDA on this host" in res.stderr
 
 
+def test_compare_searches_from_a_traces_own_rate(tmp_path: Path) -> None:
+    from netgain.cli.experiments import _trace_rate
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("t,size\n" + "".join(f"{i / 40:.3f},100\n" for i in range(81)))
+    assert _trace_rate(str(trace)) == pytest.approx(40.0, rel=0.02)
+    assert _trace_rate(None) is None
+    missing = tmp_path / "missing.csv"
+    prices = ("--cpu-price-per-hour", "1", "--gpu-price-per-hour", "2", "--slo-p99-ms", "100")
+    res = netgain("compare", "--model", "null", "--treatment-device", "cpu", *prices, "--trace", str(missing))
+    assert res.returncode == 2 and f"--trace {missing}" in res.stderr and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.slow
 def test_compare_two_cpu_setups_end_to_end_and_resume(tmp_path: Path) -> None:
     out = tmp_path / "cmp"

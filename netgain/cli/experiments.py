@@ -51,6 +51,18 @@ def _tuned(path: str | None) -> tuple[list[str], int]:
 RUN_OVERHEAD_S = 4.0
 
 
+def _trace_rate(path: str | None) -> float | None:
+    """A replayed trace's mean rate: where the capacity search starts, not the unrelated --rate."""
+    if not path:
+        return None
+    from netgain.loadgen.traces import read_trace
+
+    try:
+        return read_trace(path).mean_rate
+    except (OSError, ValueError) as exc:
+        raise CliError(f"--trace {path}: {exc}") from None
+
+
 def _cuda_available() -> bool:
     import torch
 
@@ -83,7 +95,11 @@ def add_parser(sub: Any) -> None:
         help="a fixed capacity sweep at these request rates instead of the capacity search",
     )
     flag(
-        c, "--start-rps", type=float, default=None, help="the capacity search's first rate (default: --rate)"
+        c,
+        "--start-rps",
+        type=float,
+        default=None,
+        help="the capacity search's first rate (default: the --trace's mean rate, else --rate)",
     )
     flag(
         c,
@@ -223,7 +239,7 @@ def run_compare(args: argparse.Namespace) -> int:
         set(_ints(args.batch_sizes, "--batch-sizes")) | {1} | {b for _, b in tuned.values() if b}
     )
     rates = _floats(args.rates, "--rates") if args.rates else []
-    start = args.start_rps if args.start_rps is not None else args.rate
+    start = args.start_rps if args.start_rps is not None else _trace_rate(args.trace) or args.rate
     if not 0 < args.min_rps <= args.max_rps or not args.precision > 0 or not start > 0:
         raise CliError("--min-rps must be > 0 and at most --max-rps, --precision and --start-rps > 0")
     placement = choose_placement(args.server_cpus, args.load_cpus)
