@@ -26,7 +26,8 @@ def test_doubles_from_a_start_that_holds_then_bisects_to_the_precision() -> None
     cap = res.capacity
     assert cap is not None and (cap.last_held, cap.first_missed) == (300, 325)
     assert (cap.first_missed - cap.last_held) / cap.last_held <= 0.1  # type: ignore[operator]
-    assert cap.capacity_rps == pytest.approx(300 * 0.97) and cap.runs == 7 and cap.known
+    # 97 % of 300 completed in the window, below the held rate: the point is the held rate.
+    assert cap.capacity_rps == 300 and cap.runs == 7 and cap.known
     assert not cap.reached_floor and not cap.unbounded
 
 
@@ -98,8 +99,17 @@ def test_the_point_stays_in_its_bracket_when_a_short_window_ran_above_its_rate()
     it = iter(trials)
     searched = search(lambda rate: next(it), 12.5, floor=1, ceiling=1e5, precision=0.1).capacity
     assert (searched.last_held, searched.first_missed, searched.capacity_rps) == (9.375, 10.15625, 9.375)
-    # Below the first missed rate the best completed throughput stays the point.
+    # Inside the bracket the best completed throughput stays the point.
     assert from_trials(trials[:3], floor=1, ceiling=1e5, precision=0.1).capacity_rps == 10.33
+
+
+def test_the_point_is_the_held_rate_when_a_bursty_window_completed_less() -> None:
+    """A bursty trace scaled to 5.08 req/s sent most of its 20 requests before the measured window:
+    1 completed/s in it, and it held; the point is the rate offered, not the window's count."""
+    runs = [(10.16, 4.0, False), (5.08, 1.0, True), (5.47, 1.5, False), (2.54, 2.0, True)]
+    trials = [Trial(r, thr, 1.0, 50.0 if ok else 300.0, 0, 0.0, True, "", ok) for r, thr, ok in runs]
+    cap = from_trials(trials, floor=1, ceiling=1e5, precision=0.1)
+    assert (cap.last_held, cap.first_missed, cap.capacity_rps) == (5.08, 5.47, 5.08)
 
 
 def test_expected_runs_bound_the_real_count() -> None:

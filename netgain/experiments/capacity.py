@@ -7,8 +7,7 @@ until one holds, if it holds it doubles up to the ceiling until one misses; then
 between the last rate that held and the first that missed until
 ``(first_missed - last_held) / last_held <= precision``. The result is a bracket, never a point
 alone: ``last_held`` and ``first_missed`` (offered rates), and ``capacity_rps``, the best completed
-throughput among the runs that held (the last held rate when that reaches the first missed one,
-so the point lies in its bracket). Nothing held down to the floor: ``reached_floor`` (the side
+throughput among the runs that held when it lies in the bracket, else the last held rate. Nothing held down to the floor: ``reached_floor`` (the side
 cannot meet the SLO at any rate >= floor). Everything held up to the ceiling: ``unbounded``.
 """
 
@@ -77,10 +76,13 @@ def expected_runs(start: float, floor: float, ceiling: float, precision: float) 
 
 
 def point(held: list[float], last_held: float | None, first_missed: float | None) -> float | None:
-    """The capacity point: the best throughput completed by a run that held, unless it reaches the
-    first rate that missed (a short window's arrivals ran above their mean): then the last held rate."""
+    """The capacity point: the best throughput completed by a run that held, when it lies in the
+    bracket [last held, first missed); else the last held rate. A short window's arrivals can run
+    above their mean (Poisson) or fall mostly outside it (a bursty trace's first requests)."""
     best = max(held, default=None)
-    if best is not None and last_held is not None and first_missed is not None and best >= first_missed:
+    if best is None or last_held is None:
+        return best
+    if best < last_held or (first_missed is not None and best >= first_missed):
         return last_held
     return best
 
