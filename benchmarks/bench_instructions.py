@@ -11,9 +11,19 @@ An instruction count leaves out what instrumentation costs in contention (the GI
 the client, so it bounds the server's own work, not the throughput lost: the side-by-side
 benchmark (bench_overhead.py) measures that.
 
+With ``--workers N`` the server runs as ``netgain serve --workers N`` (a supervisor, N frontends,
+``--pre-processes`` pre-processing processes and the device process, all forked without exec):
+cachegrind follows the forks and writes one file per process (DIR/on.K/cg.PID), the processes are
+summed, and each is also reported by role (frontend, pre-processing, device, supervisor), read
+from the OS name each child gives its main thread (``ng-front-0``, ``ng-pre-1``, ``ng-device``)
+while the server runs. A forked child's count starts with its parent's count at the fork; that
+start-up part cancels in the difference like the rest.
+
 Usage: python benchmarks/bench_instructions.py [--requests 1000,5000] [--out DIR]
-Needs valgrind; about 2-3 minutes per server on a 2-core machine.
+       python benchmarks/bench_instructions.py --workers 1 [--pre-processes 1]
+Needs valgrind; about 2-3 minutes per server on a 2-core machine (one process or --workers 1).
 Where the difference goes: cg_diff DIR/cg.off.K2 DIR/cg.on.K2 > d; cg_annotate d | head -60
+(--workers: cg_diff DIR/off.K2/cg.PID DIR/on.K2/cg.PID, one process of a role against its peer)
 """
 
 from __future__ import annotations
@@ -70,18 +80,77 @@ async def _drive(port: int, count: int, concurrency: int) -> None:
         await asyncio.gather(*(user(k) for k in range(concurrency)))
 
 
-def count_instructions(instrumented: bool, requests: int, out_dir: str, concurrency: int) -> int:
-    tag = f"{'on' if instrumented else 'off'}.{requests}"
-    ports = os.path.join(out_dir, f"ports.{tag}.json")
-    cg_out = os.path.join(out_dir, f"cg.{tag}")
-    cmd = [
-        "valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={cg_out}",
-        sys.executable, "-m", "netgain.server", *SERVER_ARGS, "--ports-file", ports,
-    ]  # fmt: skip
+def server_cmd(instrumented: bool, cg_out: str, ports: str, workers: int, pre: int) -> list[str]:
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={cg_out}"]
+    args = [*SERVER_ARGS, "--ports-file", ports]
+    if workers:  # forks are followed without asking; exec'd helpers are counted too, as "other"
+        cmd.append("--trace-children=yes")
+        args += ["--workers", str(workers), "--pre-processes", str(pre)]
+    cmd += [sys.executable, "-m", "netgain.server", *args]
     if not instrumented:
         cmd.append("--no-instrumentation")
+    return cmd
+
+
+ROLES = (("ng-front-", "frontend"), ("ng-pre-", "pre-processing"), ("ng-device", "device"))
+
+
+def child_roles(parent: int) -> dict[int, str]:
+    """pid -> role of the server's children, from the OS name each gives its main thread."""
+    roles: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            if ppid != parent:
+                continue
+            with open(f"/proc/{entry}/comm") as fh:
+                comm = fh.read().strip()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        roles[int(entry)] = next((role for prefix, role in ROLES if comm.startswith(prefix)), "other")
+    return roles
+
+
+def summary(path: str) -> int:
+    with open(path) as fh:
+        found = [line for line in fh if line.startswith("summary:")]
+    if not found:
+        raise SystemExit(f"no cachegrind summary in {path}")
+    return int(found[-1].split()[1])
+
+
+def by_role(run_dir: str, roles: dict[int, str], supervisor: int) -> dict[str, int]:
+    """Instructions per role over every process's file in ``run_dir`` (cg.PID)."""
+    out: dict[str, int] = {}
+    names = sorted(n for n in os.listdir(run_dir) if n.startswith("cg."))
+    missing = [f"{pid} ({role})" for pid, role in sorted(roles.items()) if f"cg.{pid}" not in names]
+    if missing:  # killed before valgrind wrote its counts: the sum would be short
+        raise SystemExit(f"no cachegrind file in {run_dir} for process {', '.join(missing)}")
+    for name in names:
+        pid = int(name[3:])
+        role = "supervisor" if pid == supervisor else roles.get(pid, "other")
+        out[role] = out.get(role, 0) + summary(os.path.join(run_dir, name))
+    return out
+
+
+def count_instructions(
+    instrumented: bool, requests: int, out_dir: str, concurrency: int, workers: int = 0, pre: int = 0
+) -> dict[str, int]:
+    """Instructions of one server run: {"server": n}, or with ``workers`` per role."""
+    tag = f"{'on' if instrumented else 'off'}.{requests}"
+    ports = os.path.join(out_dir, f"ports.{tag}.json")
+    run_dir = os.path.join(out_dir, tag)
+    if workers:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        os.makedirs(run_dir)
+    cg_out = os.path.join(run_dir, "cg.%p") if workers else os.path.join(out_dir, f"cg.{tag}")
+    cmd = server_cmd(instrumented, cg_out, ports, workers, pre)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
     log_path = os.path.join(out_dir, f"valgrind.{tag}.log")
+    roles: dict[int, str] = {}
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
         try:
@@ -94,43 +163,71 @@ def count_instructions(instrumented: bool, requests: int, out_dir: str, concurre
             with open(ports) as fh:
                 port = int(json.load(fh)["grpc"])
             asyncio.run(_drive(port, requests, concurrency))
+            if workers:
+                roles = child_roles(proc.pid)  # valgrind runs the program in its own process: same pid
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(600)
-    with open(cg_out) as fh:
-        summary = [line for line in fh if line.startswith("summary:")]
-    if not summary:
-        raise SystemExit(f"no cachegrind summary in {cg_out}")
-    return int(summary[-1].split()[1])
+    if not workers:
+        return {"server": summary(cg_out)}
+    if not {"frontend", "device"} | ({"pre-processing"} if pre else set()) <= set(roles.values()):
+        raise SystemExit(f"could not tell the server's processes apart: {roles}")
+    return by_role(run_dir, roles, proc.pid)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", default="1000,5000", help="K1,K2: requests per run")
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=0, help="netgain serve --workers N (0: one process)")
+    ap.add_argument(
+        "--pre-processes", type=int, default=1, help="with --workers: netgain serve --pre-processes"
+    )
     ap.add_argument("--out", default="", help="keep cachegrind's files here (default: a temp dir)")
     a = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
-    k1, k2 = (int(x) for x in a.requests.split(","))
+    if a.workers < 0 or a.pre_processes < 0:
+        raise SystemExit("--workers and --pre-processes must be 0 or more")
+    try:
+        k1, k2 = (int(x) for x in a.requests.split(","))
+    except ValueError:
+        raise SystemExit(f"--requests {a.requests!r}: expected K1,K2 (two integers)") from None
     if not 0 < k1 < k2:
         raise SystemExit("--requests K1,K2 needs 0 < K1 < K2")
     out_dir = a.out or tempfile.mkdtemp(prefix="netgain-cg-")
     os.makedirs(out_dir, exist_ok=True)
-    per_request: dict[bool, float] = {}
+    per_request: dict[bool, dict[str, float]] = {}
     for instrumented in (False, True):
         counts = []
         for k in (k1, k2):
-            counts.append(count_instructions(instrumented, k, out_dir, a.concurrency))
-            print(f"{'on' if instrumented else 'off'} {k} requests: {counts[-1]:,} instructions", flush=True)
-        per_request[instrumented] = (counts[1] - counts[0]) / (k2 - k1)
+            counts.append(
+                count_instructions(instrumented, k, out_dir, a.concurrency, a.workers, a.pre_processes)
+            )
+            total = sum(counts[-1].values())
+            print(f"{'on' if instrumented else 'off'} {k} requests: {total:,} instructions", flush=True)
+        roles = sorted(set(counts[0]) | set(counts[1]))
+        per_request[instrumented] = {
+            r: (counts[1].get(r, 0) - counts[0].get(r, 0)) / (k2 - k1) for r in roles
+        }
+        per_request[instrumented]["all"] = sum(per_request[instrumented].values())
     off, on = per_request[False], per_request[True]
-    print(
-        table(
-            [[f"{off:,.0f}", f"{on:,.0f}", f"{on - off:+,.0f}", f"{(on / off - 1) * 100:+.1f} %"]],
-            ["off: instructions/request", "on", "added", "added share"],
+    if not a.workers:
+        o, n = off["server"], on["server"]
+        print(
+            table(
+                [[f"{o:,.0f}", f"{n:,.0f}", f"{n - o:+,.0f}", f"{(n / o - 1) * 100:+.1f} %"]],
+                ["off: instructions/request", "on", "added", "added share"],
+            )
         )
-    )
+    else:
+        order = ["frontend", "pre-processing", "device", "supervisor", "other", "all"]
+        rows = []
+        for role in sorted(set(off) | set(on), key=lambda r: order.index(r) if r in order else len(order)):
+            o, n = off.get(role, 0.0), on.get(role, 0.0)
+            rows.append([role, f"{o:,.0f}", f"{n:,.0f}", f"{n - o:+,.0f}"])
+        print(f"--workers {a.workers} --pre-processes {a.pre_processes}, instructions per request:")
+        print(table(rows, ["process", "off", "on", "added"]))
     print(f"cachegrind files in {out_dir}")
 
 
