@@ -23,7 +23,8 @@ Usage: python benchmarks/bench_instructions.py [--requests 1000,5000] [--out DIR
        python benchmarks/bench_instructions.py --workers 1 [--pre-processes 1]
 Needs valgrind; about 2-3 minutes per server on a 2-core machine (one process or --workers 1).
 Where the difference goes: cg_diff DIR/cg.off.K2 DIR/cg.on.K2 > d; cg_annotate d | head -60
-(--workers: cg_diff DIR/off.K2/cg.PID DIR/on.K2/cg.PID, one process of a role against its peer)
+(--workers: cg_diff DIR/off.K2/cg.PID DIR/on.K2/cg.PID, one process of a role against its peer;
+DIR/off.K2/roles.json names each PID's role)
 """
 
 from __future__ import annotations
@@ -172,6 +173,8 @@ def count_instructions(
         return {"server": summary(cg_out)}
     if not {"frontend", "device"} | ({"pre-processing"} if pre else set()) <= set(roles.values()):
         raise SystemExit(f"could not tell the server's processes apart: {roles}")
+    with open(os.path.join(run_dir, "roles.json"), "w") as fh:  # which cg.PID to give cg_diff
+        json.dump({"supervisor": proc.pid, **{str(pid): role for pid, role in roles.items()}}, fh)
     return by_role(run_dir, roles, proc.pid)
 
 
