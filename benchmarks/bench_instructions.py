@@ -19,8 +19,12 @@ from the OS name each child gives its main thread (``ng-front-0``, ``ng-pre-1``,
 while the server runs. A forked child's count starts with its parent's count at the fork; that
 start-up part cancels in the difference like the rest.
 
+Instructions are no time: ``--cpu-requests N`` also runs the uninstrumented server natively
+(``--cpu-trials`` times, N requests each) and reads the CPU all its processes spend per request
+(user + system), which gives the server's own instructions per µs to convert the added count with.
+
 Usage: python benchmarks/bench_instructions.py [--requests 1000,5000] [--out DIR]
-       python benchmarks/bench_instructions.py --workers 1 [--pre-processes 1]
+       python benchmarks/bench_instructions.py --workers 1 [--pre-processes 1] [--cpu-requests 20000]
 Needs valgrind; about 2-3 minutes per server on a 2-core machine (one process or --workers 1).
 Where the difference goes: cg_diff DIR/cg.off.K2 DIR/cg.on.K2 > d; cg_annotate d | head -60
 (--workers: cg_diff DIR/off.K2/cg.PID DIR/on.K2/cg.PID, one process of a role against its peer;
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -39,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 from common import table
 
@@ -81,16 +87,38 @@ async def _drive(port: int, count: int, concurrency: int) -> None:
         await asyncio.gather(*(user(k) for k in range(concurrency)))
 
 
+def serve_args(instrumented: bool, ports: str, workers: int, pre: int) -> list[str]:
+    args = [*SERVER_ARGS, "--ports-file", ports]
+    if workers:
+        args += ["--workers", str(workers), "--pre-processes", str(pre)]
+    return args if instrumented else [*args, "--no-instrumentation"]
+
+
 def server_cmd(instrumented: bool, cg_out: str, ports: str, workers: int, pre: int) -> list[str]:
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={cg_out}"]
-    args = [*SERVER_ARGS, "--ports-file", ports]
     if workers:  # forks are followed without asking; exec'd helpers are counted too, as "other"
         cmd.append("--trace-children=yes")
-        args += ["--workers", str(workers), "--pre-processes", str(pre)]
-    cmd += [sys.executable, "-m", "netgain.server", *args]
-    if not instrumented:
-        cmd.append("--no-instrumentation")
-    return cmd
+    return [*cmd, sys.executable, "-m", "netgain.server", *serve_args(instrumented, ports, workers, pre)]
+
+
+@contextlib.contextmanager
+def serving(cmd: list[str], ports: str, log_path: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """The server started by ``cmd`` (it writes ``ports``) and its gRPC port; SIGTERM at the end."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            deadline = time.monotonic() + 600
+            while not os.path.exists(ports):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the server did not start; see {log_path}")
+                time.sleep(0.5)
+            time.sleep(0.2)  # the file is written in one go, but give the writer a moment
+            with open(ports) as fh:
+                yield proc, int(json.load(fh)["grpc"])
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(600)
 
 
 ROLES = (("ng-front-", "frontend"), ("ng-pre-", "pre-processing"), ("ng-device", "device"))
@@ -149,26 +177,11 @@ def count_instructions(
         os.makedirs(run_dir)
     cg_out = os.path.join(run_dir, "cg.%p") if workers else os.path.join(out_dir, f"cg.{tag}")
     cmd = server_cmd(instrumented, cg_out, ports, workers, pre)
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    log_path = os.path.join(out_dir, f"valgrind.{tag}.log")
     roles: dict[int, str] = {}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            deadline = time.monotonic() + 600
-            while not os.path.exists(ports):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"server under valgrind did not start; see {log_path}")
-                time.sleep(0.5)
-            time.sleep(0.2)  # the file is written in one go, but give the writer a moment
-            with open(ports) as fh:
-                port = int(json.load(fh)["grpc"])
-            asyncio.run(_drive(port, requests, concurrency))
-            if workers:
-                roles = child_roles(proc.pid)  # valgrind runs the program in its own process: same pid
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(600)
+    with serving(cmd, ports, os.path.join(out_dir, f"valgrind.{tag}.log")) as (proc, port):
+        asyncio.run(_drive(port, requests, concurrency))
+        if workers:
+            roles = child_roles(proc.pid)  # valgrind runs the program in its own process: same pid
     if not workers:
         return {"server": summary(cg_out)}
     if not {"frontend", "device"} | ({"pre-processing"} if pre else set()) <= set(roles.values()):
@@ -176,6 +189,31 @@ def count_instructions(
     with open(os.path.join(run_dir, "roles.json"), "w") as fh:  # which cg.PID to give cg_diff
         json.dump({"supervisor": proc.pid, **{str(pid): role for pid, role in roles.items()}}, fh)
     return by_role(run_dir, roles, proc.pid)
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system seconds of these processes so far (/proc)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_request(
+    requests: int, out_dir: str, concurrency: int, workers: int, pre: int, trial: int
+) -> float:
+    """µs of CPU per request of the uninstrumented server run natively, all its processes, after a
+    warm-up of 1,000 requests."""
+    ports = os.path.join(out_dir, f"ports.native.{trial}.json")
+    cmd = [sys.executable, "-m", "netgain.server", *serve_args(False, ports, workers, pre)]
+    with serving(cmd, ports, os.path.join(out_dir, f"native.{trial}.log")) as (proc, port):
+        asyncio.run(_drive(port, 1000, concurrency))
+        pids = [proc.pid, *child_roles(proc.pid)]
+        before = cpu_seconds(pids)
+        asyncio.run(_drive(port, requests, concurrency))
+        return (cpu_seconds(pids) - before) / requests * 1e6
 
 
 def main() -> None:
@@ -187,11 +225,21 @@ def main() -> None:
         "--pre-processes", type=int, default=1, help="with --workers: netgain serve --pre-processes"
     )
     ap.add_argument("--out", default="", help="keep cachegrind's files here (default: a temp dir)")
+    ap.add_argument(
+        "--cpu-requests",
+        type=int,
+        default=0,
+        help="also time N requests of the uninstrumented server run natively (--cpu-trials times): "
+        "CPU per request, to convert instructions to µs (0: skip)",
+    )
+    ap.add_argument("--cpu-trials", type=int, default=3)
     a = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
-    if a.workers < 0 or a.pre_processes < 0:
-        raise SystemExit("--workers and --pre-processes must be 0 or more")
+    if a.workers < 0 or a.pre_processes < 0 or a.cpu_requests < 0 or a.cpu_trials < 1:
+        raise SystemExit(
+            "--workers, --pre-processes and --cpu-requests must be 0 or more, --cpu-trials 1 or more"
+        )
     try:
         k1, k2 = (int(x) for x in a.requests.split(","))
     except ValueError:
@@ -231,6 +279,18 @@ def main() -> None:
             rows.append([role, f"{o:,.0f}", f"{n:,.0f}", f"{n - o:+,.0f}"])
         print(f"--workers {a.workers} --pre-processes {a.pre_processes}, instructions per request:")
         print(table(rows, ["process", "off", "on", "added"]))
+    if a.cpu_requests:
+        cpu = sorted(
+            cpu_per_request(a.cpu_requests, out_dir, a.concurrency, a.workers, a.pre_processes, t)
+            for t in range(a.cpu_trials)
+        )
+        rate = off["all"] / cpu[len(cpu) // 2]  # instructions per µs of server CPU, off, median trial
+        added = on["all"] - off["all"]
+        print(
+            f"off, run natively: {', '.join(f'{c:.0f}' for c in cpu)} µs of CPU per request "
+            f"(user + system, all processes): {rate:,.0f} instructions per µs at the median; "
+            f"the added {added:+,.0f} instructions ≈ {added / rate:+.1f} µs"
+        )
     print(f"cachegrind files in {out_dir}")
 
 

@@ -76,3 +76,11 @@ def test_child_roles_reads_the_name_a_child_gives_its_main_thread() -> None:
     finally:
         for kid in kids:
             kid.communicate("", timeout=30)
+
+
+def test_cpu_seconds_counts_this_process_and_grows_with_work() -> None:
+    before = bi.cpu_seconds([os.getpid()])
+    deadline = bi.time.process_time() + 0.05
+    while bi.time.process_time() < deadline:  # 50 ms of CPU, not of wall clock
+        pass
+    assert before > 0 and bi.cpu_seconds([os.getpid()]) > before
