@@ -5,7 +5,8 @@ being looked for; instruction counts do not. The null-model server runs under ca
 instrumentation on and off, twice each (K1 and K2 requests at concurrency 64, full batches of
 32), and (I(K2) - I(K1)) / (K2 - K1) is its cost per request with start-up and shutdown cancelled.
 The recorder drains every 2 s here, as it would hold a few hundred requests per drain at full
-speed; BLAS threads are held to one, as their spinning depends on timing, not on requests.
+speed; BLAS threads are held to one, as their spinning depends on timing, not on requests, and
+the string hash is fixed (PYTHONHASHSEED=0), as dict probing depends on it.
 
 An instruction count leaves out what instrumentation costs in contention (the GIL, caches) and on
 the client, so it bounds the server's own work, not the throughput lost: the side-by-side
@@ -104,7 +105,8 @@ def server_cmd(instrumented: bool, cg_out: str, ports: str, workers: int, pre: i
 @contextlib.contextmanager
 def serving(cmd: list[str], ports: str, log_path: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     """The server started by ``cmd`` (it writes ``ports``) and its gRPC port; SIGTERM at the end."""
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    # A fixed string hash: how long dict and set lookups probe, and so the count, depends on it.
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT, PYTHONHASHSEED="0")
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
         try:
