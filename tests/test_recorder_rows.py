@@ -73,3 +73,12 @@ def test_recorder_rows_export_what_direct_observations_export(per_request_phases
     assert any(e is not None and e[0].get("trace_id") == TRACE_ID for _, e in got.values())
     ok = metrics.requests_with("OK")._value.get()  # type: ignore[attr-defined]
     assert ok == 59 and metrics.requests_with("INTERNAL")._value.get() == 1  # type: ignore[attr-defined]
+
+
+def test_exemplar_is_the_latest_request_of_its_bucket_whose_id_fits() -> None:
+    hist = DurationHistograms({"model": "m"}, DURATION_BUCKETS)
+    too_long = "L" * 119  # one over what an exemplar holds beside its label name
+    seconds = np.array([[0.0011], [0.0012], [0.011], [0.11], [0.12]])  # three buckets of the total
+    hist.add(seconds, ["a", too_long, too_long, "b", "c"], (0,))
+    exemplars = {e.labels["request_id"]: e.value for e in hist.exemplars if e is not None}
+    assert exemplars == {"a": 0.0011, "c": 0.12}  # the 10 ms bucket's only id does not fit: none

@@ -260,8 +260,13 @@ class Recorder:
         """The next ``n`` request ids and, when any is traced, their trace ids in hex ("" for none)."""
         popleft = self._ids.popleft
         taken = [popleft() for _ in range(n)]
-        if self.tracer is None and set(map(type, taken)) == {str}:  # none traced: ids as they are
-            return cast(list[str], taken), None
+        if self.tracer is None:
+            try:
+                "".join(cast(list[str], taken))  # a TypeError names a traced request (a Pending) among them
+            except TypeError:
+                pass
+            else:  # none traced: the ids as they are
+                return cast(list[str], taken), None
         ids: list[str] = []
         trace_ids: list[str] = []
         traced = False
