@@ -21,8 +21,10 @@ while the server runs. A forked child's count starts with its parent's count at 
 start-up part cancels in the difference like the rest.
 
 Instructions are no time: ``--cpu-requests N`` also runs the uninstrumented server natively
-(``--cpu-trials`` times, N requests each) and reads the CPU all its processes spend per request
-(user + system), which gives the server's own instructions per µs to convert the added count with.
+(``--cpu-trials`` times, N requests each) and reads the CPU all its processes spend per request,
+which gives the server's own instructions per µs to convert the added count with: per µs of user
+time (cachegrind counts user-mode instructions) and, charging each a share of the kernel's time
+too, per µs of user + system time.
 
 Usage: python benchmarks/bench_instructions.py [--requests 1000,5000] [--out DIR]
        python benchmarks/bench_instructions.py --workers 1 [--pre-processes 1] [--cpu-requests 20000]
@@ -193,21 +195,22 @@ def count_instructions(
     return by_role(run_dir, roles, proc.pid)
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system seconds of these processes so far (/proc)."""
-    total = 0
+def cpu_seconds(pids: list[int]) -> tuple[float, float]:
+    """(user, user + system) seconds of these processes so far (/proc)."""
+    user = system = 0
     for pid in pids:
         with open(f"/proc/{pid}/stat") as fh:
             fields = fh.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-    return total / os.sysconf("SC_CLK_TCK")
+        user, system = user + int(fields[11]), system + int(fields[12])  # utime, stime: stat's 14th, 15th
+    tick = os.sysconf("SC_CLK_TCK")
+    return user / tick, (user + system) / tick
 
 
 def cpu_per_request(
     requests: int, out_dir: str, concurrency: int, workers: int, pre: int, trial: int
-) -> float:
-    """µs of CPU per request of the uninstrumented server run natively, all its processes, after a
-    warm-up of 1,000 requests."""
+) -> tuple[float, float]:
+    """(user, user + system) µs of CPU per request of the uninstrumented server run natively, all
+    its processes, after a warm-up of 1,000 requests."""
     ports = os.path.join(out_dir, f"ports.native.{trial}.json")
     cmd = [sys.executable, "-m", "netgain.server", *serve_args(False, ports, workers, pre)]
     with serving(cmd, ports, os.path.join(out_dir, f"native.{trial}.log")) as (proc, port):
@@ -215,7 +218,23 @@ def cpu_per_request(
         pids = [proc.pid, *child_roles(proc.pid)]
         before = cpu_seconds(pids)
         asyncio.run(_drive(port, requests, concurrency))
-        return (cpu_seconds(pids) - before) / requests * 1e6
+        after = cpu_seconds(pids)
+        return ((after[0] - before[0]) / requests * 1e6, (after[1] - before[1]) / requests * 1e6)
+
+
+def report_rate(off: float, added: float, cpu: list[tuple[float, float]]) -> str:
+    """The added instructions in µs at the uninstrumented server's own rate (median trial): the
+    count is of user-mode instructions, so user time is the rate to convert it with; all CPU
+    charges each instruction a share of the kernel's time too."""
+    user = sorted(c[0] for c in cpu)[len(cpu) // 2]
+    total = sorted(c[1] for c in cpu)[len(cpu) // 2]
+    trials = ", ".join(f"{c[1]:.0f} ({c[0]:.0f})" for c in cpu)
+    return (
+        f"off, run natively: {trials} µs of CPU (user) per request, all processes; "
+        f"{off / user:,.0f} instructions per µs of user time, {off / total:,.0f} per µs of CPU (median); "
+        f"the added {added:+,.0f} instructions ≈ {added / (off / user):+.1f} µs of user time, "
+        f"{added / (off / total):+.1f} µs at the all-CPU rate"
+    )
 
 
 def main() -> None:
@@ -282,17 +301,11 @@ def main() -> None:
         print(f"--workers {a.workers} --pre-processes {a.pre_processes}, instructions per request:")
         print(table(rows, ["process", "off", "on", "added"]))
     if a.cpu_requests:
-        cpu = sorted(
+        cpu = [
             cpu_per_request(a.cpu_requests, out_dir, a.concurrency, a.workers, a.pre_processes, t)
             for t in range(a.cpu_trials)
-        )
-        rate = off["all"] / cpu[len(cpu) // 2]  # instructions per µs of server CPU, off, median trial
-        added = on["all"] - off["all"]
-        print(
-            f"off, run natively: {', '.join(f'{c:.0f}' for c in cpu)} µs of CPU per request "
-            f"(user + system, all processes): {rate:,.0f} instructions per µs at the median; "
-            f"the added {added:+,.0f} instructions ≈ {added / rate:+.1f} µs"
-        )
+        ]
+        print(report_rate(off["all"], on["all"] - off["all"], cpu))
     print(f"cachegrind files in {out_dir}")
 
 

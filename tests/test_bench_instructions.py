@@ -83,4 +83,11 @@ def test_cpu_seconds_counts_this_process_and_grows_with_work() -> None:
     deadline = bi.time.process_time() + 0.05
     while bi.time.process_time() < deadline:  # 50 ms of CPU, not of wall clock
         pass
-    assert before > 0 and bi.cpu_seconds([os.getpid()]) > before
+    after = bi.cpu_seconds([os.getpid()])
+    assert 0 < before[0] <= before[1] and after[0] > before[0] and after[1] >= after[0]
+
+
+def test_report_rate_converts_at_the_median_trials_rates() -> None:
+    line = bi.report_rate(900_000, 30_000, [(300.0, 400.0), (280.0, 350.0), (320.0, 450.0)])
+    assert "3,000 instructions per µs of user time, 2,250 per µs of CPU" in line
+    assert "+30,000 instructions ≈ +10.0 µs of user time, +13.3 µs at the all-CPU rate" in line
