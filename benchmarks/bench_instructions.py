@@ -5,21 +5,40 @@ being looked for; instruction counts do not. The null-model server runs under ca
 instrumentation on and off, twice each (K1 and K2 requests at concurrency 64, full batches of
 32), and (I(K2) - I(K1)) / (K2 - K1) is its cost per request with start-up and shutdown cancelled.
 The recorder drains every 2 s here, as it would hold a few hundred requests per drain at full
-speed; BLAS threads are held to one, as their spinning depends on timing, not on requests.
+speed; BLAS threads are held to one, as their spinning depends on timing, not on requests, and
+the string hash is fixed (PYTHONHASHSEED=0), as dict probing depends on it.
 
 An instruction count leaves out what instrumentation costs in contention (the GIL, caches) and on
 the client, so it bounds the server's own work, not the throughput lost: the side-by-side
 benchmark (bench_overhead.py) measures that.
 
+With ``--workers N`` the server runs as ``netgain serve --workers N`` (a supervisor, N frontends,
+``--pre-processes`` pre-processing processes and the device process, all forked without exec):
+cachegrind follows the forks and writes one file per process (DIR/on.K/cg.PID), the processes are
+summed, and each is also reported by role (frontend, pre-processing, device, supervisor), read
+from the OS name each child gives its main thread (``ng-front-0``, ``ng-pre-1``, ``ng-device``)
+while the server runs. A forked child's count starts with its parent's count at the fork; that
+start-up part cancels in the difference like the rest.
+
+Instructions are no time: ``--cpu-requests N`` also runs the uninstrumented server natively
+(``--cpu-trials`` times, N requests each) and reads the CPU all its processes spend per request,
+which gives the server's own instructions per µs to convert the added count with: per µs of user
+time (cachegrind counts user-mode instructions) and, charging each a share of the kernel's time
+too, per µs of user + system time.
+
 Usage: python benchmarks/bench_instructions.py [--requests 1000,5000] [--out DIR]
-Needs valgrind; about 2-3 minutes per server on a 2-core machine.
+       python benchmarks/bench_instructions.py --workers 1 [--pre-processes 1] [--cpu-requests 20000]
+Needs valgrind; about 2-3 minutes per server on a 2-core machine (one process or --workers 1).
 Where the difference goes: cg_diff DIR/cg.off.K2 DIR/cg.on.K2 > d; cg_annotate d | head -60
+(--workers: cg_diff DIR/off.K2/cg.PID DIR/on.K2/cg.PID, one process of a role against its peer;
+DIR/off.K2/roles.json names each PID's role)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -28,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 
 from common import table
 
@@ -70,67 +90,222 @@ async def _drive(port: int, count: int, concurrency: int) -> None:
         await asyncio.gather(*(user(k) for k in range(concurrency)))
 
 
-def count_instructions(instrumented: bool, requests: int, out_dir: str, concurrency: int) -> int:
-    tag = f"{'on' if instrumented else 'off'}.{requests}"
-    ports = os.path.join(out_dir, f"ports.{tag}.json")
-    cg_out = os.path.join(out_dir, f"cg.{tag}")
-    cmd = [
-        "valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={cg_out}",
-        sys.executable, "-m", "netgain.server", *SERVER_ARGS, "--ports-file", ports,
-    ]  # fmt: skip
-    if not instrumented:
-        cmd.append("--no-instrumentation")
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
-    log_path = os.path.join(out_dir, f"valgrind.{tag}.log")
+def serve_args(instrumented: bool, ports: str, workers: int, pre: int) -> list[str]:
+    args = [*SERVER_ARGS, "--ports-file", ports]
+    if workers:
+        args += ["--workers", str(workers), "--pre-processes", str(pre)]
+    return args if instrumented else [*args, "--no-instrumentation"]
+
+
+def server_cmd(instrumented: bool, cg_out: str, ports: str, workers: int, pre: int) -> list[str]:
+    cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={cg_out}"]
+    if workers:  # forks are followed without asking; exec'd helpers are counted too, as "other"
+        cmd.append("--trace-children=yes")
+    return [*cmd, sys.executable, "-m", "netgain.server", *serve_args(instrumented, ports, workers, pre)]
+
+
+@contextlib.contextmanager
+def serving(cmd: list[str], ports: str, log_path: str) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """The server started by ``cmd`` (it writes ``ports``) and its gRPC port; SIGTERM at the end."""
+    # A fixed string hash: how long dict and set lookups probe, and so the count, depends on it.
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT, PYTHONHASHSEED="0")
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
         try:
             deadline = time.monotonic() + 600
             while not os.path.exists(ports):
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"server under valgrind did not start; see {log_path}")
+                    raise SystemExit(f"the server did not start; see {log_path}")
                 time.sleep(0.5)
             time.sleep(0.2)  # the file is written in one go, but give the writer a moment
             with open(ports) as fh:
-                port = int(json.load(fh)["grpc"])
-            asyncio.run(_drive(port, requests, concurrency))
+                yield proc, int(json.load(fh)["grpc"])
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(600)
-    with open(cg_out) as fh:
-        summary = [line for line in fh if line.startswith("summary:")]
-    if not summary:
-        raise SystemExit(f"no cachegrind summary in {cg_out}")
-    return int(summary[-1].split()[1])
+
+
+ROLES = (("ng-front-", "frontend"), ("ng-pre-", "pre-processing"), ("ng-device", "device"))
+
+
+def child_roles(parent: int) -> dict[int, str]:
+    """pid -> role of the server's children, from the OS name each gives its main thread."""
+    roles: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            if ppid != parent:
+                continue
+            with open(f"/proc/{entry}/comm") as fh:
+                comm = fh.read().strip()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        roles[int(entry)] = next((role for prefix, role in ROLES if comm.startswith(prefix)), "other")
+    return roles
+
+
+def summary(path: str) -> int:
+    with open(path) as fh:
+        found = [line for line in fh if line.startswith("summary:")]
+    if not found:
+        raise SystemExit(f"no cachegrind summary in {path}")
+    return int(found[-1].split()[1])
+
+
+def by_role(run_dir: str, roles: dict[int, str], supervisor: int) -> dict[str, int]:
+    """Instructions per role over every process's file in ``run_dir`` (cg.PID)."""
+    out: dict[str, int] = {}
+    names = sorted(n for n in os.listdir(run_dir) if n.startswith("cg."))
+    missing = [f"{pid} ({role})" for pid, role in sorted(roles.items()) if f"cg.{pid}" not in names]
+    if missing:  # killed before valgrind wrote its counts: the sum would be short
+        raise SystemExit(f"no cachegrind file in {run_dir} for process {', '.join(missing)}")
+    for name in names:
+        pid = int(name[3:])
+        role = "supervisor" if pid == supervisor else roles.get(pid, "other")
+        out[role] = out.get(role, 0) + summary(os.path.join(run_dir, name))
+    return out
+
+
+def count_instructions(
+    instrumented: bool, requests: int, out_dir: str, concurrency: int, workers: int = 0, pre: int = 0
+) -> dict[str, int]:
+    """Instructions of one server run: {"server": n}, or with ``workers`` per role."""
+    tag = f"{'on' if instrumented else 'off'}.{requests}"
+    ports = os.path.join(out_dir, f"ports.{tag}.json")
+    run_dir = os.path.join(out_dir, tag)
+    if workers:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        os.makedirs(run_dir)
+    cg_out = os.path.join(run_dir, "cg.%p") if workers else os.path.join(out_dir, f"cg.{tag}")
+    cmd = server_cmd(instrumented, cg_out, ports, workers, pre)
+    roles: dict[int, str] = {}
+    with serving(cmd, ports, os.path.join(out_dir, f"valgrind.{tag}.log")) as (proc, port):
+        asyncio.run(_drive(port, requests, concurrency))
+        if workers:
+            roles = child_roles(proc.pid)  # valgrind runs the program in its own process: same pid
+    if not workers:
+        return {"server": summary(cg_out)}
+    if not {"frontend", "device"} | ({"pre-processing"} if pre else set()) <= set(roles.values()):
+        raise SystemExit(f"could not tell the server's processes apart: {roles}")
+    with open(os.path.join(run_dir, "roles.json"), "w") as fh:  # which cg.PID to give cg_diff
+        json.dump({"supervisor": proc.pid, **{str(pid): role for pid, role in roles.items()}}, fh)
+    return by_role(run_dir, roles, proc.pid)
+
+
+def cpu_seconds(pids: list[int]) -> tuple[float, float]:
+    """(user, user + system) seconds of these processes so far (/proc)."""
+    user = system = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        user, system = user + int(fields[11]), system + int(fields[12])  # utime, stime: stat's 14th, 15th
+    tick = os.sysconf("SC_CLK_TCK")
+    return user / tick, (user + system) / tick
+
+
+def cpu_per_request(
+    requests: int, out_dir: str, concurrency: int, workers: int, pre: int, trial: int
+) -> tuple[float, float]:
+    """(user, user + system) µs of CPU per request of the uninstrumented server run natively, all
+    its processes, after a warm-up of 1,000 requests."""
+    ports = os.path.join(out_dir, f"ports.native.{trial}.json")
+    cmd = [sys.executable, "-m", "netgain.server", *serve_args(False, ports, workers, pre)]
+    with serving(cmd, ports, os.path.join(out_dir, f"native.{trial}.log")) as (proc, port):
+        asyncio.run(_drive(port, 1000, concurrency))
+        pids = [proc.pid, *child_roles(proc.pid)]
+        before = cpu_seconds(pids)
+        asyncio.run(_drive(port, requests, concurrency))
+        after = cpu_seconds(pids)
+        return ((after[0] - before[0]) / requests * 1e6, (after[1] - before[1]) / requests * 1e6)
+
+
+def report_rate(off: float, added: float, cpu: list[tuple[float, float]]) -> str:
+    """The added instructions in µs at the uninstrumented server's own rate (median trial): the
+    count is of user-mode instructions, so user time is the rate to convert it with; all CPU
+    charges each instruction a share of the kernel's time too."""
+    user = sorted(c[0] for c in cpu)[len(cpu) // 2]
+    total = sorted(c[1] for c in cpu)[len(cpu) // 2]
+    trials = ", ".join(f"{c[1]:.0f} ({c[0]:.0f})" for c in cpu)
+    return (
+        f"off, run natively: {trials} µs of CPU (user) per request, all processes; "
+        f"{off / user:,.0f} instructions per µs of user time, {off / total:,.0f} per µs of CPU (median); "
+        f"the added {added:+,.0f} instructions ≈ {added / (off / user):+.1f} µs of user time, "
+        f"{added / (off / total):+.1f} µs at the all-CPU rate"
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", default="1000,5000", help="K1,K2: requests per run")
     ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--workers", type=int, default=0, help="netgain serve --workers N (0: one process)")
+    ap.add_argument(
+        "--pre-processes", type=int, default=1, help="with --workers: netgain serve --pre-processes"
+    )
     ap.add_argument("--out", default="", help="keep cachegrind's files here (default: a temp dir)")
+    ap.add_argument(
+        "--cpu-requests",
+        type=int,
+        default=0,
+        help="also time N requests of the uninstrumented server run natively (--cpu-trials times): "
+        "CPU per request, to convert instructions to µs (0: skip)",
+    )
+    ap.add_argument("--cpu-trials", type=int, default=3)
     a = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
-    k1, k2 = (int(x) for x in a.requests.split(","))
+    if a.workers < 0 or a.pre_processes < 0 or a.cpu_requests < 0 or a.cpu_trials < 1:
+        raise SystemExit(
+            "--workers, --pre-processes and --cpu-requests must be 0 or more, --cpu-trials 1 or more"
+        )
+    try:
+        k1, k2 = (int(x) for x in a.requests.split(","))
+    except ValueError:
+        raise SystemExit(f"--requests {a.requests!r}: expected K1,K2 (two integers)") from None
     if not 0 < k1 < k2:
         raise SystemExit("--requests K1,K2 needs 0 < K1 < K2")
     out_dir = a.out or tempfile.mkdtemp(prefix="netgain-cg-")
     os.makedirs(out_dir, exist_ok=True)
-    per_request: dict[bool, float] = {}
+    per_request: dict[bool, dict[str, float]] = {}
     for instrumented in (False, True):
         counts = []
         for k in (k1, k2):
-            counts.append(count_instructions(instrumented, k, out_dir, a.concurrency))
-            print(f"{'on' if instrumented else 'off'} {k} requests: {counts[-1]:,} instructions", flush=True)
-        per_request[instrumented] = (counts[1] - counts[0]) / (k2 - k1)
+            counts.append(
+                count_instructions(instrumented, k, out_dir, a.concurrency, a.workers, a.pre_processes)
+            )
+            total = sum(counts[-1].values())
+            print(f"{'on' if instrumented else 'off'} {k} requests: {total:,} instructions", flush=True)
+        roles = sorted(set(counts[0]) | set(counts[1]))
+        per_request[instrumented] = {
+            r: (counts[1].get(r, 0) - counts[0].get(r, 0)) / (k2 - k1) for r in roles
+        }
+        per_request[instrumented]["all"] = sum(per_request[instrumented].values())
     off, on = per_request[False], per_request[True]
-    print(
-        table(
-            [[f"{off:,.0f}", f"{on:,.0f}", f"{on - off:+,.0f}", f"{(on / off - 1) * 100:+.1f} %"]],
-            ["off: instructions/request", "on", "added", "added share"],
+    if not a.workers:
+        o, n = off["server"], on["server"]
+        print(
+            table(
+                [[f"{o:,.0f}", f"{n:,.0f}", f"{n - o:+,.0f}", f"{(n / o - 1) * 100:+.1f} %"]],
+                ["off: instructions/request", "on", "added", "added share"],
+            )
         )
-    )
+    else:
+        order = ["frontend", "pre-processing", "device", "supervisor", "other", "all"]
+        rows = []
+        for role in sorted(set(off) | set(on), key=lambda r: order.index(r) if r in order else len(order)):
+            o, n = off.get(role, 0.0), on.get(role, 0.0)
+            rows.append([role, f"{o:,.0f}", f"{n:,.0f}", f"{n - o:+,.0f}"])
+        print(f"--workers {a.workers} --pre-processes {a.pre_processes}, instructions per request:")
+        print(table(rows, ["process", "off", "on", "added"]))
+    if a.cpu_requests:
+        cpu = [
+            cpu_per_request(a.cpu_requests, out_dir, a.concurrency, a.workers, a.pre_processes, t)
+            for t in range(a.cpu_trials)
+        ]
+        print(report_rate(off["all"], on["all"] - off["all"], cpu))
     print(f"cachegrind files in {out_dir}")
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import grpc
 
-from netgain.contract.phases import REQUEST_ID_KEY, TIMING_KEY, encode_phases, phase_values, trailer_value
+from netgain.contract.phases import REQUEST_ID_KEY, TIMING_KEY, TrailerEncoder, trailer_value
 from netgain.protos import inference_pb2 as pb
 from netgain.server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
 from netgain.server.telemetry.recorder import Recorder
@@ -110,6 +110,7 @@ class InferenceServicer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._anon = 0
         self._prefix = f"srv{os.getpid()}-"
+        self._encoder = TrailerEncoder()  # the event loop's alone, as every caller of _trailers
         quiet_grpc_decode_errors()
 
     def deliver(self, reqs: list[Pending]) -> None:
@@ -154,7 +155,7 @@ class InferenceServicer:
         if p.timing_head:  # the pipeline formatted all but post and total
             timing = trailer_value(p.timing_head, p.spans["post"], total_ns, p.batch_id, p.batch_size)
         else:
-            timing = encode_phases(phase_values(p.spans), total_ns, p.batch_id, p.batch_size)
+            timing = self._encoder.encode(p.spans, total_ns, p.batch_id, p.batch_size)
         return (
             (TIMING_KEY, timing),
             (REQUEST_ID_KEY, p.request_id),

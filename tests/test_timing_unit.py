@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from netgain.contract.phases import (
     PHASES,
+    TrailerEncoder,
     encode_phases,
     encode_server_timing,
     parse_batch,
@@ -50,6 +51,28 @@ class TestServerTiming:
         # Anything else, even one character off the exact format, takes the general path.
         spaced = value.replace(", ", ",  ")
         assert parse_trailer(spaced) == parse_trailer_general(value)
+
+    @settings(max_examples=100, deadline=None)
+    @given(
+        st.lists(
+            st.tuples(
+                st.lists(st.integers(0, 10**12), min_size=3, max_size=3),  # queue, pre, post
+                st.sampled_from([(0, 31_234, 0), (0, 31_235, 0), (1_500, 2_000_500, 999)]),  # a batch's
+                st.integers(0, 10**12),
+                st.sets(st.sampled_from(PHASES), max_size=2),  # phases a failed request never reached
+            ),
+            max_size=40,
+        )
+    )
+    def test_trailer_encoder_writes_what_encode_phases_writes(self, requests: list) -> None:
+        """Batches answered in runs, a device part reused or not, requests missing phases: the same text."""
+        enc = TrailerEncoder()
+        for (q, pre, post), (h2d, kernel, d2h), total, missing in requests:
+            spans = dict(zip(PHASES, (q, pre, h2d, kernel, d2h, post), strict=True))
+            for phase in missing:
+                del spans[phase]
+            expected = encode_phases([spans.get(k, 0) for k in PHASES], total, 7, 32)
+            assert enc.encode(spans, total, 7, 32) == expected
 
     def test_parse_w3c_variants(self) -> None:
         value = 'cache;desc="hit", db;dur="53.2";desc=x,  app ; dur = 47.2 ,, '

@@ -59,6 +59,42 @@ def encode_phases(phases_ns: Sequence[int], total_ns: int, batch_id: int, batch_
     return trailer_value(head, post, total_ns, batch_id, batch_size)
 
 
+# The whole trailer with h2d, kernel and d2h given formatted (the phases a batch shares when each request
+# has its own pre, as with --workers): same text as encode_phases.
+_DEVICE_PHASES_FORMAT = "h2d;dur=%.3f, kernel;dur=%.3f, d2h;dur=%.3f"
+_WITH_DEVICE_PART_FORMAT = (
+    "queue;dur=%.3f, pre;dur=%.3f, %s, post;dur=%.3f, total;dur=%.3f, batch;id=%d;size=%d"
+)
+
+
+class TrailerEncoder:
+    """``encode_phases`` for a stream of requests, formatting h2d, kernel and d2h once per run of
+    equal values: a batch's requests are answered one after another and share them, and each
+    ``%.3f`` costs more than the rest of the trailer's making. One thread only."""
+
+    def __init__(self) -> None:
+        self._kernel = self._h2d = self._d2h = -1  # no duration is negative: the first request misses
+        self._part = ""
+
+    def encode(self, spans: Mapping[str, int], total_ns: int, batch_id: int, batch_size: int) -> str:
+        try:
+            kernel, h2d, d2h = spans["kernel"], spans["h2d"], spans["d2h"]
+            if kernel != self._kernel or h2d != self._h2d or d2h != self._d2h:
+                self._part = _DEVICE_PHASES_FORMAT % (h2d / 1e6, kernel / 1e6, d2h / 1e6)
+                self._kernel, self._h2d, self._d2h = kernel, h2d, d2h
+            return _WITH_DEVICE_PART_FORMAT % (
+                spans["queue"] / 1e6,
+                spans["pre"] / 1e6,
+                self._part,
+                spans["post"] / 1e6,
+                total_ns / 1e6,
+                batch_id,
+                batch_size,
+            )
+        except KeyError:  # a request that never reached every phase
+            return encode_phases(phase_values(spans), total_ns, batch_id, batch_size)
+
+
 def parse_server_timing(value: str) -> dict[str, float]:
     """Parse a Server-Timing header value into ``{name: dur_ms}``; entries without dur are skipped.
 

@@ -56,15 +56,15 @@ class DurationHistograms:
         idx = self.hist.add_rows(seconds, series)
         # Latest request per bucket of the total: first occurrence in the reversed column. A
         # request id longer than an exemplar can hold is skipped, never cut: an exemplar's id must
-        # equal a request id (the bucket keeps its previous exemplar).
-        rows = np.fromiter(
-            (i for i, rid in enumerate(request_ids) if len(rid) <= EXEMPLAR_ID_CHARS), dtype=np.int64
-        )
-        if rows.size == 0:
-            return
-        col = idx[rows, 0][::-1]
-        buckets, first = np.unique(col, return_index=True)
-        last = dict(zip(buckets.tolist(), rows[::-1][first].tolist(), strict=True))
+        # equal a request id (the bucket keeps its previous exemplar, or an earlier request's).
+        last = self._latest(idx[:, 0], np.arange(len(request_ids), dtype=np.int64))
+        if any(
+            len(request_ids[i]) > EXEMPLAR_ID_CHARS for i in last.values()
+        ):  # look again, over ids that fit
+            rows = np.fromiter(
+                (i for i, rid in enumerate(request_ids) if len(rid) <= EXEMPLAR_ID_CHARS), dtype=np.int64
+            )
+            last = self._latest(idx[rows, 0], rows)
         with self.hist.lock:
             for b, i in last.items():
                 rid = request_ids[i]
@@ -73,6 +73,14 @@ class DurationHistograms:
                 if tid and len(rid) <= EXEMPLAR_ID_CHARS_WITH_TRACE:
                     labels["trace_id"] = tid
                 self.exemplars[b] = Exemplar(labels, float(seconds[i, 0]), now)
+
+    @staticmethod
+    def _latest(buckets: np.ndarray, rows: np.ndarray) -> dict[int, int]:
+        """Bucket -> the last of ``rows`` in it (``buckets``: each row's bucket, in order)."""
+        if rows.size == 0:
+            return {}
+        found, first = np.unique(buckets[::-1], return_index=True)
+        return dict(zip(found.tolist(), rows[::-1][first].tolist(), strict=True))
 
     def add_repeated(self, series: Sequence[int], seconds: Sequence[float], count: int) -> None:
         """``count`` requests with the same ``seconds`` in each of ``series`` (a batch's shared
