@@ -7,8 +7,9 @@ until one holds, if it holds it doubles up to the ceiling until one misses; then
 between the last rate that held and the first that missed until
 ``(first_missed - last_held) / last_held <= precision``. The result is a bracket, never a point
 alone: ``last_held`` and ``first_missed`` (offered rates), and ``capacity_rps``, the best completed
-throughput among the runs that held when it lies in the bracket, else the last held rate. Nothing held down to the floor: ``reached_floor`` (the side
-cannot meet the SLO at any rate >= floor). Everything held up to the ceiling: ``unbounded``.
+throughput among the runs that held when it lies in the bracket, else the last held rate.
+Nothing held down to the floor: ``reached_floor`` (the side cannot meet the SLO at any rate >=
+floor). Everything held up to the ceiling: ``unbounded``.
 """
 
 from __future__ import annotations
