@@ -43,6 +43,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -237,6 +238,31 @@ def report_rate(off: float, added: float, cpu: list[tuple[float, float]]) -> str
     )
 
 
+def role_order(role: str) -> int:
+    order = ["server", "frontend", "pre-processing", "device", "supervisor", "other", "all"]
+    return order.index(role) if role in order else len(order)
+
+
+def run_repeat(a: argparse.Namespace, k1: int, k2: int, out_dir: str, r: int) -> dict[bool, dict[str, float]]:
+    """One repeat: off and on at K1, then at K2 (on first in odd repeats, so a drift in the host's
+    load falls on both sides), and each side's instructions per request by process."""
+    os.makedirs(out_dir, exist_ok=True)
+    counts: dict[tuple[bool, int], dict[str, int]] = {}
+    for k in (k1, k2):
+        for instrumented in (True, False) if r % 2 else (False, True):
+            counts[instrumented, k] = count_instructions(
+                instrumented, k, out_dir, a.concurrency, a.workers, a.pre_processes
+            )
+            total = sum(counts[instrumented, k].values())
+            print(f"{'on' if instrumented else 'off'} {k} requests: {total:,} instructions", flush=True)
+    out: dict[bool, dict[str, float]] = {}
+    for instrumented in (False, True):
+        low, high = counts[instrumented, k1], counts[instrumented, k2]
+        side = {role: (high.get(role, 0) - low.get(role, 0)) / (k2 - k1) for role in set(low) | set(high)}
+        out[instrumented] = {**side, "all": sum(side.values())}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", default="1000,5000", help="K1,K2: requests per run")
@@ -254,12 +280,20 @@ def main() -> None:
         "CPU per request, to convert instructions to µs (0: skip)",
     )
     ap.add_argument("--cpu-trials", type=int, default=3)
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run the four counts this many times (DIR/rN each) and report medians: a count's "
+        "timing-dependent part (event-loop and gRPC polling rounds) moves with the host's load",
+    )
     a = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
-    if a.workers < 0 or a.pre_processes < 0 or a.cpu_requests < 0 or a.cpu_trials < 1:
+    if a.workers < 0 or a.pre_processes < 0 or a.cpu_requests < 0 or a.cpu_trials < 1 or a.repeats < 1:
         raise SystemExit(
-            "--workers, --pre-processes and --cpu-requests must be 0 or more, --cpu-trials 1 or more"
+            "--workers, --pre-processes and --cpu-requests must be 0 or more, "
+            "--cpu-trials and --repeats 1 or more"
         )
     try:
         k1, k2 = (int(x) for x in a.requests.split(","))
@@ -269,21 +303,14 @@ def main() -> None:
         raise SystemExit("--requests K1,K2 needs 0 < K1 < K2")
     out_dir = a.out or tempfile.mkdtemp(prefix="netgain-cg-")
     os.makedirs(out_dir, exist_ok=True)
-    per_request: dict[bool, dict[str, float]] = {}
-    for instrumented in (False, True):
-        counts = []
-        for k in (k1, k2):
-            counts.append(
-                count_instructions(instrumented, k, out_dir, a.concurrency, a.workers, a.pre_processes)
-            )
-            total = sum(counts[-1].values())
-            print(f"{'on' if instrumented else 'off'} {k} requests: {total:,} instructions", flush=True)
-        roles = sorted(set(counts[0]) | set(counts[1]))
-        per_request[instrumented] = {
-            r: (counts[1].get(r, 0) - counts[0].get(r, 0)) / (k2 - k1) for r in roles
-        }
-        per_request[instrumented]["all"] = sum(per_request[instrumented].values())
-    off, on = per_request[False], per_request[True]
+    reps = [
+        run_repeat(a, k1, k2, out_dir if a.repeats == 1 else os.path.join(out_dir, f"r{r}"), r)
+        for r in range(a.repeats)
+    ]
+    roles = sorted({role for rep in reps for side in rep.values() for role in side}, key=role_order)
+    off = {role: statistics.median(rep[False].get(role, 0.0) for rep in reps) for role in roles}
+    on = {role: statistics.median(rep[True].get(role, 0.0) for rep in reps) for role in roles}
+    added = {role: [rep[True].get(role, 0.0) - rep[False].get(role, 0.0) for rep in reps] for role in roles}
     if not a.workers:
         o, n = off["server"], on["server"]
         print(
@@ -293,19 +320,22 @@ def main() -> None:
             )
         )
     else:
-        order = ["frontend", "pre-processing", "device", "supervisor", "other", "all"]
-        rows = []
-        for role in sorted(set(off) | set(on), key=lambda r: order.index(r) if r in order else len(order)):
-            o, n = off.get(role, 0.0), on.get(role, 0.0)
-            rows.append([role, f"{o:,.0f}", f"{n:,.0f}", f"{n - o:+,.0f}"])
+        rows = [
+            [role, f"{off[role]:,.0f}", f"{on[role]:,.0f}", f"{statistics.median(added[role]):+,.0f}"]
+            for role in roles
+        ]
         print(f"--workers {a.workers} --pre-processes {a.pre_processes}, instructions per request:")
         print(table(rows, ["process", "off", "on", "added"]))
+    if a.repeats > 1:
+        print(f"medians of {a.repeats} repeats; added in each, by process:")
+        for role in roles:
+            print(f"  {role}: {', '.join(f'{x:+,.0f}' for x in added[role])}")
     if a.cpu_requests:
         cpu = [
             cpu_per_request(a.cpu_requests, out_dir, a.concurrency, a.workers, a.pre_processes, t)
             for t in range(a.cpu_trials)
         ]
-        print(report_rate(off["all"], on["all"] - off["all"], cpu))
+        print(report_rate(off["all"], statistics.median(added["all"]), cpu))
     print(f"cachegrind files in {out_dir}")
 
 

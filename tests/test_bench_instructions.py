@@ -91,3 +91,21 @@ def test_report_rate_converts_at_the_median_trials_rates() -> None:
     line = bi.report_rate(900_000, 30_000, [(300.0, 400.0), (280.0, 350.0), (320.0, 450.0)])
     assert "3,000 instructions per µs of user time, 2,250 per µs of CPU" in line
     assert "+30,000 instructions ≈ +10.0 µs of user time, +13.3 µs at the all-CPU rate" in line
+
+
+def test_run_repeat_interleaves_on_and_off_and_takes_each_sides_slope(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+
+    def fake(instrumented: bool, k: int, *_: object) -> dict[str, int]:
+        calls.append((instrumented, k))
+        per = 110 if instrumented else 100  # instructions per request of the frontend
+        return {"frontend": 5_000 + per * k, "device": 7_000 + 20 * k}
+
+    monkeypatch.setattr(bi, "count_instructions", fake)
+    a = bi.argparse.Namespace(concurrency=64, workers=1, pre_processes=1)
+    out = bi.run_repeat(a, 1_000, 3_000, str(tmp_path), 1)
+    assert calls == [(True, 1_000), (False, 1_000), (True, 3_000), (False, 3_000)]  # odd repeat: on first
+    assert out[False] == {"frontend": 100, "device": 20, "all": 120}
+    assert out[True] == {"frontend": 110, "device": 20, "all": 130}
