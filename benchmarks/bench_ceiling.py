@@ -281,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
 def sweep(
     a: argparse.Namespace, variant: str, ceiling: float, server_cores: list[int], load_cores: list[int]
 ) -> float:
-    """Rising rates against one server layout until p99 fails twice; the capacity found."""
+    """Rising rates against one server layout until p99 fails twice (halving first while nothing has
+    held); the capacity found."""
     import shlex
 
     from netgain.experiments.orchestrate import ServerProcess
@@ -328,6 +329,9 @@ def sweep(
             if r["held"]:
                 capacity = max(capacity, r["throughput"])
                 fails = 0
+            elif not capacity and rate > a.start * ceiling / 8:
+                rate /= 2  # nothing has held yet: the start was above capacity, so go down, not up
+                continue
             else:
                 fails += 1
             rate += a.step * ceiling

@@ -8,7 +8,7 @@ for m in "${@:-image}"; do
   case $m in
     image) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model image --device cuda --batch 32 --start 0.45 $C --step 0.05 \
              --variant "" --variant "--device-cores 1" ;;
-    image-gpudecode) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model image --handler-option decode=gpu --device cuda --batch 32 --start 0.45 $C --step 0.05 \
+    image-gpudecode) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model image --handler-option decode=gpu --device cuda --batch 32 --start 0.2 $C --step 0.08 \
              --variant "" ;;
     text) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model text --handler-option pad=fixed --device cuda --batch 64 --start 0.4 $C --step 0.05 \
              --variant "" --variant "--device-cores 0" ;;
