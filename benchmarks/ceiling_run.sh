@@ -3,14 +3,16 @@
 set -u
 . benchmarks/host_env.sh
 # Server on cores 0-9, the load generator on the rest (one worker per core, 64 connections each).
-# image: the default layout against 3 frontends + 7 pre-processing processes (H100 auto: 2 + 8).
+# image: the default layout against 3 frontends + 7 pre-processing processes (H100 auto: 2 + 8);
+# image-gpudecode: the default against the device process alone on a core (does the batched nvJPEG
+# call's CPU side, in the device process, wait for cores shared with 8 frontends?).
 C="--duration 6 --warmup-s 2 --step 0.1 --pre-seconds 3"
 for m in "${@:-image}"; do
   case $m in
     image) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model image --device cuda --batch 32 --start 0.35 $C --step 0.05 \
              --variant "" --variant "--workers 3 --pre-processes 7" ;;
     image-gpudecode) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model image --handler-option decode=gpu --device cuda --batch 32 --start 0.2 $C --step 0.08 \
-             --variant "" ;;
+             --variant "" --variant "--device-cores 1" ;;
     text) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model text --handler-option pad=fixed --device cuda --batch 64 --start 0.4 $C --step 0.05 \
              --variant "" --variant "--device-cores 0" ;;
     image-cpu) timeout -s INT 560 python3 benchmarks/bench_ceiling.py --model image --device cpu --server-cores 12 --batch 8 --start 0.3 $C ;;
