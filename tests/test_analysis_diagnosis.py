@@ -207,3 +207,19 @@ def test_a_missed_slo_without_server_figures_is_unknown_not_unsaturated(tmp_path
     r = _report(tmp_path, "bare", "cpu", {}, MISSED)
     assert r["bottleneck"]["kind"] == "unknown"
     assert any("no server resource measured" in e for e in r["bottleneck"]["evidence"])
+
+
+def test_the_host_line_names_the_servers_cores_and_cpu(tmp_path: Path) -> None:
+    """Machines of one kind differ several-fold: the evidence says which cores and CPU served."""
+    cores = "0-11 (12 logical on 6 physical cores)"
+    hardware = {"server": {"cpu": "Example CPU 9000", "server_cores": cores}}
+    r = _report(
+        tmp_path,
+        "hw",
+        "cpu",
+        {**CPU_SERVER, **_busy_host(1.6)},
+        {**MISSED, **SAME_HOST, "versions": hardware},
+    )
+    line = next(e for e in r["bottleneck"]["evidence"] if e.startswith("host: "))
+    assert line.endswith("; server cores 0-11 (12 logical on 6 physical cores), Example CPU 9000")
+    assert r["cpu"]["host"]["cpu_model"] == "Example CPU 9000"

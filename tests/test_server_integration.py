@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from PIL import Image
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
+from netgain.contract.cores import cpu_list
 from netgain.contract.phases import PHASES, parse_batch, parse_server_timing
 from netgain.loadgen.payloads import PayloadFactory
 from netgain.protos import SERVICE_NAME, InferenceStub, pb
@@ -262,6 +264,8 @@ class TestImageServer:
         )
         assert {"python", "torch", "grpc", "protobuf"} <= set(info.versions)
         assert info.versions["grpc"] == grpc.__version__
+        usable = sorted(os.sched_getaffinity(image_server.pid))
+        assert info.versions["server_cores"].startswith(f"{cpu_list(usable)} ({len(usable)} logical")
         assert [p.name for p in info.cold_start] == list(COLD_START_PHASES)
         ats = [p.at_s for p in info.cold_start]
         assert ats == sorted(ats) and all(p.duration_s >= 0 for p in info.cold_start)

@@ -19,6 +19,7 @@ import pytest
 from conftest import REPO_ROOT, server_env
 from prometheus_client.parser import text_string_to_metric_families
 
+from netgain.contract.cores import cpu_list
 from netgain.contract.payloads import null_bytes, synthetic_jpeg
 from netgain.contract.phases import PHASES, TIMING_KEY, parse_trailer
 from netgain.protos import InferenceStub, pb
@@ -136,6 +137,8 @@ def test_metrics_of_every_process_on_one_endpoint(start_server: Any) -> None:
     assert "# EOF" in s.metrics_text(openmetrics=True)
     info = s.stub().ServerInfo(pb.ServerInfoRequest(), timeout=10)
     assert info.batching.workers == 2 and info.batching.slots_per_worker >= 8  # what meta.json records
+    usable = sorted(os.sched_getaffinity(0))  # the server inherits this process's cores
+    assert info.versions["server_cores"].startswith(f"{cpu_list(usable)} ({len(usable)} logical")
 
 
 def test_a_killed_frontend_leaves_the_others_serving(start_server: Any) -> None:
@@ -244,6 +247,8 @@ def test_device_cores_run_the_device_process_alone_on_the_highest_cores(start_se
     assert f"1 device process alone on cores {usable[-1]} (" in s.output()
     results = burst(s.target, "null", 4, 5)
     assert all(isinstance(r, pb.InferResponse) for r, _ in results), [r for r, _ in results][:3]
+    info = s.stub().ServerInfo(pb.ServerInfoRequest(), timeout=10)
+    assert info.versions["server_cores"].startswith(f"{cpu_list(usable)} ({len(usable)} logical")
 
 
 @pytest.mark.parametrize("pre", ["0", "1"])

@@ -143,7 +143,10 @@ def host_contention(ser: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]
     full = (busy + steal) / cores >= HOST_FULL if cores else False
     others_take = other_share is not None and other_share >= HOST_OTHER_SIGNIFICANT and full
     stolen = steal_share is not None and steal_share >= STEAL_SIGNIFICANT
+    server_versions = (meta.get("versions") or {}).get("server") or {}
     return {
+        "cpu_model": server_versions.get("cpu") or None,
+        "server_cores": server_versions.get("server_cores") or None,
         "cores": cores,
         "busy": busy,
         "steal": steal,
@@ -163,7 +166,8 @@ def _f(x: float | None, fmt: str = ".2f") -> str:
 
 
 def host_evidence(host: dict[str, Any] | None) -> str | None:
-    """The host-contention evidence line; None without host samples."""
+    """The host-contention evidence line, with the server's cores and CPU model where the server
+    reported them; None without host samples."""
     if host is None:
         return None
     head = (
@@ -171,14 +175,17 @@ def host_evidence(host: dict[str, Any] | None) -> str | None:
         f"({_f(host['steal_share'], '.0%')}; significant >= {STEAL_SIGNIFICANT:.0%}); load generator "
         f"{_f(host['loadgen'])}"
     )
+    hardware = ", ".join(x for x in (host.get("server_cores"), host.get("cpu_model")) if x)
+    tail = f"; server cores {hardware}" if hardware else ""
     if not host["same_host"]:
         return (
             f"{head}; the server runs on another host, whose other processes are not measured "
-            "(host contention not judged for it)"
+            f"(host contention not judged for it){tail}"
         )
     return (
         f"{head}, server {_f(host['server'])}, other processes {_f(host['other'])} "
         f"({_f(host['other_share'], '.0%')} of the host; significant >= {HOST_OTHER_SIGNIFICANT:.0%} "
         f"while the host is >= {HOST_FULL:.0%} busy): host contention "
         + ("significant" if host["significant"] else "not significant")
+        + tail
     )

@@ -14,3 +14,43 @@ def cpu_list(cpus: Sequence[int]) -> str:
         else:
             runs.append([c])
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+
+
+def _sysfs(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def physical_cores(cpus: Sequence[int], root: str = "/sys/devices/system/cpu") -> int | None:
+    """Physical cores the logical ``cpus`` sit on (SMT siblings count once); None without sysfs."""
+    seen: set[tuple[str, str]] = set()
+    for c in cpus:
+        core = _sysfs(f"{root}/cpu{c}/topology/core_id")
+        package = _sysfs(f"{root}/cpu{c}/topology/physical_package_id")
+        if core is None or package is None:
+            return None
+        seen.add((package, core))
+    return len(seen) or None
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name as the kernel reports it ("" when unknown)."""
+    try:
+        with open(cpuinfo) as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return ""
+
+
+def describe_cores(cpus: Sequence[int], root: str = "/sys/devices/system/cpu") -> str:
+    """``0-11 (12 logical on 6 physical cores)``: a process's cores and how many physical cores hold them."""
+    physical = physical_cores(cpus, root)
+    where = f" on {physical} physical cores" if physical else ""
+    return f"{cpu_list(cpus)} ({len(cpus)} logical{where})"
