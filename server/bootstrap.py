@@ -34,6 +34,7 @@ from netgain.server.device import DeviceRunner
 from netgain.server.handlers import create_handler
 from netgain.server.handlers.base import Handler
 from netgain.server.oip import ModelIO, OipServicer, model_io
+from netgain.contract.cores import cpu_model, describe_cores
 from netgain.server.receive_deadline import ReceiveDeadline
 from netgain.server.service import MAX_METADATA_BYTES, InferenceServicer, Limits
 from netgain.server.telemetry.metrics import ServerMetrics
@@ -54,6 +55,9 @@ def versions() -> dict[str, str]:
         "grpc": grpc.__version__,
         "protobuf": google.protobuf.__version__,
         "cuda": str(torch.version.cuda or ""),
+        # The hardware beside the versions: runs on machines of one kind can differ several-fold.
+        "cpu": cpu_model(),
+        "server_cores": describe_cores(sorted(os.sched_getaffinity(0))),
     }
     if torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name(0)

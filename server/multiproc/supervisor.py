@@ -204,13 +204,15 @@ class Supervisor:
         write_ports(self.cfg, self.cfg.port, self.metrics_port, self.cfg.http_port)
 
     def _info(self, device: dict[str, Any]) -> bytes:
+        from netgain.contract.cores import describe_cores
         from netgain.server.bootstrap import server_info
 
         return server_info(
             self.cfg,
             self.handler.name,
             self.device,
-            device["versions"],
+            # The device process may run alone on its cores: the server's are every process's.
+            {**device["versions"], "server_cores": describe_cores(sorted({*self.device_cpus, *self.other_cpus}))},
             self.cold,
             ready=True,
             intra_op_threads=device["intra_op_threads"],
