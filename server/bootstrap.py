@@ -26,6 +26,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
+from netgain.contract.cores import cpu_model, describe_cores
 from netgain.protos import inference_pb2 as pb
 from netgain.protos.service import SERVICE_NAME, add_inference_servicer, add_oip_servicer
 from netgain.server.coldstart import ColdStart
@@ -34,7 +35,6 @@ from netgain.server.device import DeviceRunner
 from netgain.server.handlers import create_handler
 from netgain.server.handlers.base import Handler
 from netgain.server.oip import ModelIO, OipServicer, model_io
-from netgain.contract.cores import cpu_model, describe_cores
 from netgain.server.receive_deadline import ReceiveDeadline
 from netgain.server.service import MAX_METADATA_BYTES, InferenceServicer, Limits
 from netgain.server.telemetry.metrics import ServerMetrics

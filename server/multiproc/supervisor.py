@@ -203,8 +203,12 @@ class Supervisor:
 
         write_ports(self.cfg, self.cfg.port, self.metrics_port, self.cfg.http_port)
 
-    def _info(self, device: dict[str, Any]) -> bytes:
+    def _cores(self) -> str:
         from netgain.contract.cores import describe_cores
+
+        return describe_cores(sorted({*self.device_cpus, *self.other_cpus}))
+
+    def _info(self, device: dict[str, Any]) -> bytes:
         from netgain.server.bootstrap import server_info
 
         return server_info(
@@ -212,7 +216,7 @@ class Supervisor:
             self.handler.name,
             self.device,
             # The device process may run alone on its cores: the server's are every process's.
-            {**device["versions"], "server_cores": describe_cores(sorted({*self.device_cpus, *self.other_cpus}))},
+            {**device["versions"], "server_cores": self._cores()},
             self.cold,
             ready=True,
             intra_op_threads=device["intra_op_threads"],
