@@ -32,6 +32,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import pinned, table
+from netgain.contract.cores import siblings
 
 
 def _pre_worker(model: str, options: dict[str, str], core: int, seconds: float, out: Any) -> None:
@@ -105,19 +106,7 @@ def forward_ceiling(
 
 def shared_cores(server: list[int], load: list[int]) -> list[tuple[int, int]]:
     """(server core, load core) pairs that are SMT siblings of one physical core, from sysfs."""
-    pairs = []
-    for c in server:
-        try:
-            with open(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list") as fh:
-                text = fh.read().strip()
-        except OSError:
-            continue
-        siblings: set[int] = set()
-        for part in text.split(","):
-            lo, _, hi = part.partition("-")
-            siblings.update(range(int(lo), int(hi or lo) + 1))
-        pairs += [(c, s) for s in sorted(siblings) if s in load]
-    return pairs
+    return [(c, s) for c in server for s in sorted(siblings(c) or ()) if s in load]
 
 
 def server_processes(supervisor: int) -> dict[str, int]:
@@ -247,8 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     a.load_workers = a.load_workers or len(load_cores)
     print(f"server pinned to cores {server_cores[0]}-{server_cores[-1]}, load generator to "
           f"{load_cores[0]}-{load_cores[-1]}", flush=True)  # fmt: skip
-    siblings = shared_cores(server_cores, load_cores)
-    print(f"server and load cores sharing a physical core (SMT): {siblings or 'none'}", flush=True)
+    shared = shared_cores(server_cores, load_cores)
+    print(f"server and load cores sharing a physical core (SMT): {shared or 'none'}", flush=True)
     pre = pre_ceiling(a.model, options, server_cores, a.pre_seconds)
     with pinned(set(server_cores)):
         fwd = forward_ceiling(a.model, options, a.device, a.dtype, a.batch)

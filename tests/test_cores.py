@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from netgain.contract.cores import cpu_list, cpu_model, describe_cores, physical_cores
+from netgain.contract.cores import cpu_list, cpu_model, describe_cores, physical_cores, siblings
 
 
-def _sysfs(root: Path, cpu: int, core: int, package: int = 0) -> None:
+def _sysfs(root: Path, cpu: int, siblings: str) -> None:
     d = root / f"cpu{cpu}" / "topology"
     d.mkdir(parents=True)
-    (d / "core_id").write_text(f"{core}\n")
-    (d / "physical_package_id").write_text(f"{package}\n")
+    (d / "thread_siblings_list").write_text(f"{siblings}\n")
 
 
 def test_smt_siblings_count_as_one_physical_core(tmp_path: Path) -> None:
     for cpu in range(4):  # cpu0/cpu2 and cpu1/cpu3 are siblings, as Linux numbers them
-        _sysfs(tmp_path, cpu, cpu % 2)
-    _sysfs(tmp_path, 4, 0, package=1)  # the same core id on another socket is another core
+        _sysfs(tmp_path, cpu, f"{cpu % 2},{cpu % 2 + 2}")
+    _sysfs(tmp_path, 4, "4")  # a core without a sibling
+    assert siblings(0, str(tmp_path)) == {0, 2}
     assert physical_cores([0, 1, 2, 3], str(tmp_path)) == 2
     assert physical_cores([0, 1, 2, 3, 4], str(tmp_path)) == 3
     assert describe_cores([0, 1, 2, 3], str(tmp_path)) == "0-3 (4 logical on 2 physical cores)"

@@ -24,16 +24,28 @@ def _sysfs(path: str) -> str | None:
         return None
 
 
+def siblings(cpu: int, root: str = "/sys/devices/system/cpu") -> frozenset[int] | None:
+    """The logical CPUs on ``cpu``'s physical core (itself included, SMT siblings beside it), from
+    sysfs; None without it."""
+    text = _sysfs(f"{root}/cpu{cpu}/topology/thread_siblings_list")
+    if not text:
+        return None
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(out)
+
+
 def physical_cores(cpus: Sequence[int], root: str = "/sys/devices/system/cpu") -> int | None:
     """Physical cores the logical ``cpus`` sit on (SMT siblings count once); None without sysfs."""
-    seen: set[tuple[str, str]] = set()
+    cores: set[frozenset[int]] = set()
     for c in cpus:
-        core = _sysfs(f"{root}/cpu{c}/topology/core_id")
-        package = _sysfs(f"{root}/cpu{c}/topology/physical_package_id")
-        if core is None or package is None:
+        core = siblings(c, root)
+        if core is None:
             return None
-        seen.add((package, core))
-    return len(seen) or None
+        cores.add(core)
+    return len(cores) or None
 
 
 def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
