@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from netgain.contract.cores import cpu_list
+from netgain.contract.cores import cpu_list, describe_cores
 from netgain.protos import inference_pb2 as pb
 from netgain.server.batching.pipeline import Batch, Pipeline, PipelineConfig
 from netgain.server.batching.queue import RequestQueue
@@ -44,6 +44,7 @@ class Server:
         cfg.validate()
         self.cfg = cfg
         self.cold = cold
+        self.cores = describe_cores(sorted(os.sched_getaffinity(0)))  # ServerInfo's, read once
         self.device = resolve_device(cfg.device)
         self.handler = build_handler(cfg)
         self.handler.check_device(self.device)
@@ -91,6 +92,7 @@ class Server:
             ready=self.servicer.ready,
             intra_op_threads=self._intra_op_threads(),
             metrics_port=self.metrics_port,
+            cores=self.cores,
         )
 
     def start_profile(self, batches: int, ranges_only: bool = False) -> Any:

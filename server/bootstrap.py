@@ -26,7 +26,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
-from netgain.contract.cores import cpu_model, describe_cores
+from netgain.contract.cores import cpu_model
 from netgain.protos import inference_pb2 as pb
 from netgain.protos.service import SERVICE_NAME, add_inference_servicer, add_oip_servicer
 from netgain.server.coldstart import ColdStart
@@ -57,7 +57,6 @@ def versions() -> dict[str, str]:
         "cuda": str(torch.version.cuda or ""),
         # The hardware beside the versions: runs on machines of one kind can differ several-fold.
         "cpu": cpu_model(),
-        "server_cores": describe_cores(sorted(os.sched_getaffinity(0))),
     }
     if torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name(0)
@@ -363,13 +362,15 @@ def server_info(
     workers: int = 0,
     slots_per_worker: int = 0,
     pre_processes: int = 0,
+    cores: str = "",
 ) -> pb.ServerInfoResponse:
-    """The ServerInfo answer, the same for the one-process server and a --workers server."""
+    """The ServerInfo answer, the same for the one-process server and a --workers server;
+    ``cores``: every server process's cores, as ``describe_cores`` says them."""
     return pb.ServerInfoResponse(
         model=model,
         device=device,
         dtype=cfg.dtype,
-        versions=lib_versions,
+        versions={**lib_versions, "server_cores": cores} if cores else lib_versions,
         batching=pb.BatchingConfig(
             max_batch_size=cfg.max_batch_size,
             max_queue_delay_ms=cfg.max_queue_delay_ms,

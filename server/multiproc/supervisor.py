@@ -84,7 +84,7 @@ class Supervisor:
         self.cfg = dataclasses.replace(cfg, port=port, http_port=http_port)
         self.cold = cold
         self.slot_bytes, self.pre_ms, self.item_bytes = measure_items(self.handler, cfg.seed)
-        usable = os.sched_getaffinity(0)
+        usable = self.usable = os.sched_getaffinity(0)
         self.kept = cfg.resolved_device_cores(len(usable), self.device, self.item_bytes)
         self.device_cpus, self.other_cpus = core_sets(usable, self.kept)
         self.workers, self.pre_processes = cfg.resolved_split(
@@ -203,20 +203,15 @@ class Supervisor:
 
         write_ports(self.cfg, self.cfg.port, self.metrics_port, self.cfg.http_port)
 
-    def _cores(self) -> str:
-        from netgain.contract.cores import describe_cores
-
-        return describe_cores(sorted({*self.device_cpus, *self.other_cpus}))
-
     def _info(self, device: dict[str, Any]) -> bytes:
+        from netgain.contract.cores import describe_cores
         from netgain.server.bootstrap import server_info
 
         return server_info(
             self.cfg,
             self.handler.name,
             self.device,
-            # The device process may run alone on its cores: the server's are every process's.
-            {**device["versions"], "server_cores": self._cores()},
+            device["versions"],
             self.cold,
             ready=True,
             intra_op_threads=device["intra_op_threads"],
@@ -224,6 +219,7 @@ class Supervisor:
             workers=self.workers,
             slots_per_worker=self.slots,
             pre_processes=self.pre_processes,
+            cores=describe_cores(sorted(self.usable)),  # every process's, the device process's too
         ).SerializeToString()
 
     def _publish_static(self) -> None:
