@@ -15,7 +15,9 @@ comes from the one search ``compare`` and ``tune`` run (``netgain.experiments.ca
   ``--triton-instances`` copies; driven by ``netgain load --protocol oip`` (gRPC).
 - ``litserve``: ``benchmarks/peer_servers.py litserve`` under ``--litserve-python`` (env
   NETGAIN_LITSERVE_PYTHON): a LitAPI whose hooks are the handler's steps, ``max_batch_size`` and
-  ``batch_timeout`` the same, ``--litserve-workers`` workers; driven by ``--protocol http-json``.
+  ``batch_timeout`` the same, ``--litserve-workers`` workers and ``--litserve-api-servers`` API
+  servers; driven by ``--protocol http-json``. Both peers' processes run ``--peer-threads`` torch
+  threads (OMP_NUM_THREADS).
 
 A peer whose interpreter is not given (or cannot import what it needs) is skipped with the reason.
 Every step's run directory is ``OUT/PEER/search/r<rate>`` and is reused when it is there, so a run
@@ -70,10 +72,12 @@ def _free_port() -> int:
 
 
 def _peer_process(
-    stack: contextlib.ExitStack, python: str, args: list[str], log: str, cpus: list[int]
+    stack: contextlib.ExitStack, python: str, args: list[str], log: str, cpus: list[int], threads: int
 ) -> subprocess.Popen[bytes]:
     """``python peer_servers.py ARGS`` on the server's cores in its own process group (stopped whole)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(":"))
+    # torch's intra-op threads, set explicitly as netgain serve sets its own
+    env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [python, os.path.join(HERE, "peer_servers.py"), *args],
@@ -189,12 +193,12 @@ def make_peers(a: argparse.Namespace, server_cpus: list[int]) -> tuple[list[Peer
                         "--max-queue-delay-ms", f"{a.max_queue_delay_ms:g}",
                         "--instances", str(a.triton_instances), "--grpc-port", str(grpc_port),
                         "--http-port", str(http_port), "--metrics-port", str(metrics_port)]  # fmt: skip
-                proc = _peer_process(stack, py, args, log, server_cpus)
+                proc = _peer_process(stack, py, args, log, server_cpus, a.peer_threads)
                 _wait_http(http_port, f"/v2/models/{a.model}/ready", a.ready_timeout_s, proc, log)
                 return f"127.0.0.1:{grpc_port}"
 
             config = {"server": "PyTriton (Triton Inference Server) " + _version(py, "pytriton"),
-                      **batching, "instances": a.triton_instances,
+                      **batching, "instances": a.triton_instances, "torch_threads": a.peer_threads,
                       "protocol": "Open Inference Protocol gRPC"}  # fmt: skip
             peers.append(Peer("triton", config, start_triton, ["--protocol", "oip", "--oip-model", a.model]))
         elif name == "litserve":
@@ -210,14 +214,19 @@ def make_peers(a: argparse.Namespace, server_cpus: list[int]) -> tuple[list[Peer
                 log = os.path.join(a.out, "litserve", "server.log")
                 args = ["litserve", *common, "--max-batch-size", str(a.max_batch_size),
                         "--max-queue-delay-ms", f"{a.max_queue_delay_ms:g}",
-                        "--instances", str(a.litserve_workers), "--port", str(port)]  # fmt: skip
-                proc = _peer_process(stack, py, args, log, server_cpus)
+                        "--instances", str(a.litserve_workers), "--port", str(port),
+                        "--api-servers", str(a.litserve_api_servers),
+                        *(["--fast-queue"] if a.litserve_fast_queue else [])]  # fmt: skip
+                proc = _peer_process(stack, py, args, log, server_cpus, a.peer_threads)
                 _wait_http(port, "/health", a.ready_timeout_s, proc, log)
                 return f"127.0.0.1:{port}"
 
             config = {"server": "LitServe " + _version(py, "litserve"), **batching,
                       "batch_timeout_s": a.max_queue_delay_ms / 1000,
                       "workers_per_device": a.litserve_workers,
+                      "num_api_servers": a.litserve_api_servers or "LitServe's default",
+                      "fast_queue": a.litserve_fast_queue, "access_log": False,
+                      "torch_threads": a.peer_threads,
                       "protocol": "HTTP/1.1 JSON (base64 payload)"}  # fmt: skip
             peers.append(
                 Peer(
@@ -331,6 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--triton-instances", type=int, default=2, help="PyTriton inference-function copies")
     ap.add_argument("--litserve-python", default=os.environ.get("NETGAIN_LITSERVE_PYTHON"))
     ap.add_argument("--litserve-workers", type=int, default=1, help="LitServe workers_per_device")
+    ap.add_argument(
+        "--litserve-api-servers", type=int, default=0, help="LitServe num_api_servers (0: its default)"
+    )
+    ap.add_argument("--litserve-fast-queue", action="store_true", help="LitServe fast_queue (ZeroMQ)")
+    ap.add_argument(
+        "--peer-threads", type=int, default=1, help="OMP_NUM_THREADS of the Triton and LitServe processes"
+    )
     ap.add_argument("--server-cpus", default="auto", help="cores of every server (0-11,14 or all)")
     ap.add_argument("--load-cpus", default="auto", help="cores of the load generator")
     ap.add_argument("--slo-p99-ms", type=float, default=100.0)

@@ -209,6 +209,7 @@ def serve_litserve(a: argparse.Namespace, options: dict[str, str], stop: threadi
         devices=1,
         workers_per_device=a.instances,
         timeout=30,
+        fast_queue=a.fast_queue,  # ZeroMQ between the API servers and the workers
     )
 
     def watch() -> None:
@@ -217,7 +218,15 @@ def serve_litserve(a: argparse.Namespace, options: dict[str, str], stop: threadi
 
     threading.Thread(target=watch, daemon=True).start()
     print(f"peer_servers: litserve serving {a.model} on 127.0.0.1:{a.port}", flush=True)
-    server.run(host="127.0.0.1", port=a.port, generate_client_file=False)
+    # No access log: a line per request costs the API servers CPU that netgain serve does not spend.
+    server.run(
+        host="127.0.0.1",
+        port=a.port,
+        num_api_servers=a.api_servers or None,
+        generate_client_file=False,
+        log_level="warning",
+        access_log=False,
+    )
     return 0
 
 
@@ -231,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-batch-size", type=int, default=8)
     ap.add_argument("--max-queue-delay-ms", type=float, default=2.0)
     ap.add_argument("--instances", type=int, default=1, help="triton: model instances; litserve: workers")
+    ap.add_argument("--api-servers", type=int, default=0, help="litserve: num_api_servers (0: its default)")
+    ap.add_argument("--fast-queue", action="store_true", help="litserve: fast_queue (ZeroMQ)")
     ap.add_argument("--grpc-port", type=int, default=0)
     ap.add_argument("--http-port", type=int, default=0)
     ap.add_argument("--metrics-port", type=int, default=0)
