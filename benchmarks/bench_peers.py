@@ -108,8 +108,8 @@ def _check_python(python: str | None, peer: str, a: argparse.Namespace) -> str |
     """Why ``python`` cannot serve ``peer`` (None: it can): it must import the peer and build and
     run the handler's model and pre-processing (torch, Pillow, tokenizers, as the model needs)."""
     if not python:
-        env = "NETGAIN_TRITON_PYTHON" if peer == "triton" else "NETGAIN_LITSERVE_PYTHON"
-        return f"no interpreter: give --{peer}-python or {env}"
+        var = "NETGAIN_TRITON_PYTHON" if peer == "triton" else "NETGAIN_LITSERVE_PYTHON"
+        return f"no interpreter: give --{peer}-python or {var}"
     opts = dict(o.split("=", 1) for o in a.handler_option)
     code = (
         f"import random, {'pytriton' if peer == 'triton' else 'litserve'}\n"
