@@ -75,7 +75,7 @@ def _peer_process(
     stack: contextlib.ExitStack, python: str, args: list[str], log: str, cpus: list[int], threads: int
 ) -> subprocess.Popen[bytes]:
     """``python peer_servers.py ARGS`` on the server's cores in its own process group (stopped whole)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(":"))
+    env = dict(os.environ, PYTHONPATH=_pythonpath())
     # torch's intra-op threads, set explicitly as netgain serve sets its own
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     with open(log, "ab") as out:
@@ -104,6 +104,11 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(5)
 
 
+def _pythonpath() -> str:
+    """The repository first, then whatever the caller's path holds (a peer's wheels may be there)."""
+    return os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+
+
 def _check_python(python: str | None, peer: str, a: argparse.Namespace) -> str | None:
     """Why ``python`` cannot serve ``peer`` (None: it can): it must import the peer and build and
     run the handler's model and pre-processing (torch, Pillow, tokenizers, as the model needs)."""
@@ -118,7 +123,7 @@ def _check_python(python: str | None, peer: str, a: argparse.Namespace) -> str |
         "h.build_model()\n"
         "h.preprocess(h.example_input(random.Random(0)))\n"
     )
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=_pythonpath())
     try:
         r = subprocess.run(
             [python, "-c", code], capture_output=True, text=True, timeout=300, check=False, env=env

@@ -18,7 +18,10 @@ case ${1:-run} in
     shift
     mkdir -p "$PEERS"
     # The peers' packages first (numpy 1.x for PyTriton), then whatever the caller set.
-    printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} exec python3 "$@"\n' "$PEERS/site" > "$PEERS/python"
+    # PyTriton outside a site-packages folder takes itself for an editable install and misses its
+    # bundled libraries (tritonserver's libcudart among them): name them on the library path.
+    printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec python3 "$@"\n' \
+      "$PEERS/site" "$PEERS/site/nvidia_pytriton.libs" > "$PEERS/python"
     chmod +x "$PEERS/python"
     python3 benchmarks/bench_peers.py --device cuda --triton-python "$PEERS/python" \
       --litserve-python "$PEERS/python" --out "${PEERS_OUT:-/tmp/peers-out}" "$@" ;;
