@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Peers side by side on a GPU host without network access: one interpreter for PyTriton and
+# Peers side by side on a GPU host without network access: one venv for PyTriton and
 # LitServe made from folders of wheels (the host's own torch, Pillow and CUDA serve all three
 # servers), then bench_peers.py. Run from the repository root:
 #   PEER_WHEELS=DIR bash benchmarks/peers_gpu.sh install   # repeatable: one folder at a time
@@ -11,19 +11,21 @@ set -u
 PEERS=${PEERS_DIR:-/tmp/peers}
 case ${1:-run} in
   install)
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target "$PEERS/site" "${PEER_WHEELS:?PEER_WHEELS=a folder of wheels}"/*.whl || exit 1
-    ls "$PEERS/site" | grep -ci dist-info | sed 's/^/packages in the peers interpreter: /' ;;
+    # A venv over the host's packages: PyTriton finds its bundled libraries only from a site-packages
+    # folder, and Triton's Python backend stub imports numpy and zmq from the venv it was started in.
+    # The host's python3 may itself be a venv, whose packages (torch) --system-site-packages misses.
+    if [ ! -x "$PEERS/venv/bin/python" ]; then
+      python3 -m venv --system-site-packages "$PEERS/venv" || exit 1
+      site='import site; print(site.getsitepackages()[0])'
+      python3 -c "$site" > "$("$PEERS/venv/bin/python" -c "$site")/host-packages.pth" || exit 1
+    fi
+    "$PEERS/venv/bin/python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      "${PEER_WHEELS:?PEER_WHEELS=a folder of wheels}"/*.whl || exit 1
+    "$PEERS/venv/bin/python" -m pip list 2>/dev/null | wc -l | sed 's/^/packages in the peers venv: /' ;;
   run)
     shift
     mkdir -p "$PEERS"
-    # The peers' packages first (numpy 1.x for PyTriton), then whatever the caller set.
-    # PyTriton outside a site-packages folder takes itself for an editable install and misses its
-    # bundled libraries (tritonserver's libcudart among them): name them on the library path.
-    printf '#!/bin/sh\nPYTHONPATH=%s${PYTHONPATH:+:$PYTHONPATH} LD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec python3 "$@"\n' \
-      "$PEERS/site" "$PEERS/site/nvidia_pytriton.libs" > "$PEERS/python"
-    chmod +x "$PEERS/python"
-    python3 benchmarks/bench_peers.py --device cuda --triton-python "$PEERS/python" \
-      --litserve-python "$PEERS/python" --out "${PEERS_OUT:-/tmp/peers-out}" "$@" ;;
+    python3 benchmarks/bench_peers.py --device cuda --triton-python "$PEERS/venv/bin/python" \
+      --litserve-python "$PEERS/venv/bin/python" --out "${PEERS_OUT:-/tmp/peers-out}" "$@" ;;
   *) echo "usage: peers_gpu.sh install|run [bench_peers.py flags]" >&2; exit 2 ;;
 esac
