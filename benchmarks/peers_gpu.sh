@@ -19,7 +19,8 @@ case ${1:-run} in
       site='import site; print(site.getsitepackages()[0])'
       python3 -c "$site" > "$("$PEERS/venv/bin/python" -c "$site")/host-packages.pth" || exit 1
     fi
-    "$PEERS/venv/bin/python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    # Without PYTHONPATH: pip would take a wheel found there (zmq in the carried Locust wheels) as installed.
+    env -u PYTHONPATH "$PEERS/venv/bin/python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       "${PEER_WHEELS:?PEER_WHEELS=a folder of wheels}"/*.whl || exit 1
     "$PEERS/venv/bin/python" -m pip list 2>/dev/null | wc -l | sed 's/^/packages in the peers venv: /' ;;
   run)
