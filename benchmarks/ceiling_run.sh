@@ -3,7 +3,8 @@
 set -u
 . benchmarks/host_env.sh
 # Server on cores 0-9, the load generator on the rest (one worker per core, 64 connections each).
-# image: the default layout against 3 frontends + 7 pre-processing processes (H100 auto: 2 + 8);
+# image: the default layout against 3 frontends + 7 pre-processing processes (auto gave 2 + 8 on one
+# H100 host, 3 + 7 on another: it follows one item's pre-processing time at start-up);
 # image-gpudecode: the default against the device process alone on a core (does the batched nvJPEG
 # call's CPU side, in the device process, wait for cores shared with 8 frontends?).
 C="--duration 6 --warmup-s 2 --step 0.1 --pre-seconds 3"

@@ -57,6 +57,9 @@ def versions() -> dict[str, str]:
         "cuda": str(torch.version.cuda or ""),
         # The hardware beside the versions: runs on machines of one kind can differ several-fold.
         "cpu": cpu_model(),
+        # The vector instructions torch's CPU kernels use here (AVX512, AVX2, DEFAULT: none): a
+        # virtual machine may hide them, which slows a CPU forward several-fold.
+        "cpu_isa": torch.backends.cpu.get_cpu_capability(),
     }
     if torch.cuda.is_available():
         out["gpu"] = torch.cuda.get_device_name(0)

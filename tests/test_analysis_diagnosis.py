@@ -212,7 +212,7 @@ def test_a_missed_slo_without_server_figures_is_unknown_not_unsaturated(tmp_path
 def test_the_host_line_names_the_servers_cores_and_cpu(tmp_path: Path) -> None:
     """Machines of one kind differ several-fold: the evidence says which cores and CPU served."""
     cores = "0-11 (12 logical on 6 physical cores)"
-    hardware = {"server": {"cpu": "Example CPU 9000", "server_cores": cores}}
+    hardware = {"server": {"cpu": "Example CPU 9000", "server_cores": cores, "cpu_isa": "AVX2"}}
     r = _report(
         tmp_path,
         "hw",
@@ -221,5 +221,22 @@ def test_the_host_line_names_the_servers_cores_and_cpu(tmp_path: Path) -> None:
         {**MISSED, **SAME_HOST, "versions": hardware},
     )
     line = next(e for e in r["bottleneck"]["evidence"] if e.startswith("host: "))
-    assert line.endswith("; server cores 0-11 (12 logical on 6 physical cores), Example CPU 9000")
+    assert line.endswith(
+        "; server cores 0-11 (12 logical on 6 physical cores), Example CPU 9000, torch CPU kernels AVX2"
+    )
     assert r["cpu"]["host"]["cpu_model"] == "Example CPU 9000"
+    assert r["cpu"]["host"]["cpu_isa"] == "AVX2"
+
+
+def test_the_host_line_warns_when_torch_gets_no_vector_instructions(tmp_path: Path) -> None:
+    """A virtual machine that hides AVX2 slows a CPU forward several-fold: the evidence says so."""
+    hardware = {"server": {"cpu": "Example CPU 9000", "cpu_isa": "DEFAULT"}}
+    r = _report(
+        tmp_path,
+        "noisa",
+        "cpu",
+        {**CPU_SERVER, **_busy_host(1.6)},
+        {**MISSED, **SAME_HOST, "versions": hardware},
+    )
+    line = next(e for e in r["bottleneck"]["evidence"] if e.startswith("host: "))
+    assert "torch CPU kernels DEFAULT (no vector instructions reach torch on this host" in line

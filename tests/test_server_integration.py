@@ -264,6 +264,9 @@ class TestImageServer:
         )
         assert {"python", "torch", "grpc", "protobuf"} <= set(info.versions)
         assert info.versions["grpc"] == grpc.__version__
+        import torch
+
+        assert info.versions["cpu_isa"] == torch.backends.cpu.get_cpu_capability()
         usable = sorted(os.sched_getaffinity(image_server.pid))
         assert info.versions["server_cores"].startswith(f"{cpu_list(usable)} ({len(usable)} logical")
         assert [p.name for p in info.cold_start] == list(COLD_START_PHASES)

@@ -147,6 +147,7 @@ def host_contention(ser: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]
     return {
         "cpu_model": server_versions.get("cpu") or None,
         "server_cores": server_versions.get("server_cores") or None,
+        "cpu_isa": server_versions.get("cpu_isa") or None,
         "cores": cores,
         "busy": busy,
         "steal": steal,
@@ -159,6 +160,10 @@ def host_contention(ser: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]
         "full": bool(full),
         "significant": bool(others_take or stolen),
     }
+
+
+# torch.backends.cpu.get_cpu_capability() on a CPU (or virtual machine) without AVX2.
+NO_VECTOR_ISA = "DEFAULT"
 
 
 def _f(x: float | None, fmt: str = ".2f") -> str:
@@ -175,8 +180,15 @@ def host_evidence(host: dict[str, Any] | None) -> str | None:
         f"({_f(host['steal_share'], '.0%')}; significant >= {STEAL_SIGNIFICANT:.0%}); load generator "
         f"{_f(host['loadgen'])}"
     )
-    hardware = ", ".join(x for x in (host.get("server_cores"), host.get("cpu_model")) if x)
+    isa = host.get("cpu_isa")
+    parts = (host.get("server_cores"), host.get("cpu_model"), f"torch CPU kernels {isa}" if isa else None)
+    hardware = ", ".join(x for x in parts if x)
     tail = f"; server cores {hardware}" if hardware else ""
+    if isa == NO_VECTOR_ISA:
+        tail += (
+            " (no vector instructions reach torch on this host: its CPU forward runs several times "
+            "slower than on a host whose CPU exposes AVX2)"
+        )
     if not host["same_host"]:
         return (
             f"{head}; the server runs on another host, whose other processes are not measured "
