@@ -344,7 +344,7 @@ def print_compare(reports: dict[str, Report], rows: list[list[Any]], out: str) -
                 f"{f['autoscaled']['max_replicas']} replicas, {_fmt(f['autoscaled']['cost_per_1k'])}/1k "
                 f"({f['autoscaled']['scale_ups']} scale-ups of {f['autoscaled']['cold_start_s']:.1f} s)"
             )
-    from netgain.experiments.cpu_vs_gpu import limit_lines
+    from netgain.experiments.compare_price import limit_lines
 
     for text in limit_lines(reports["warm"].get("compare", {}).get("limits", [])):
         print(text)

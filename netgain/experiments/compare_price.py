@@ -1,4 +1,5 @@
-"""compare's pricing of searched capacities: both brackets, a trace's fleets, the bracket in words."""
+"""compare's pricing of searched capacities: both brackets, a trace's fleets, the bracket in words,
+and the NEXT lines (what limited each side)."""
 
 from __future__ import annotations
 
@@ -68,3 +69,17 @@ def _cold_start_s(cold_run: str) -> float | None:
             return float(json.load(fh)["spawn_to_serving_s"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def limit_lines(limits: list[dict[str, Any]]) -> list[str]:
+    """``NEXT`` lines: each side's limiting resource in the sweep and the change it calls for."""
+    lines = []
+    for lim in limits:
+        where = (
+            f"held the SLO at every rate tried; at the highest, {lim['rate']:g} req/s"
+            if lim["held_every_rate"]
+            else f"first missed the SLO at {lim['rate']:g} req/s"
+        )
+        for k in lim["kinds"]:
+            lines.append(f"NEXT {lim['side']} ({lim['device']}): {where}, {k['kind']}: {k['action']}")
+    return lines

@@ -24,7 +24,7 @@ from netgain.experiments.compare_price import describe, price_trace, searched
 from netgain.experiments.orchestrate import Placement, ServerProcess, run_load
 from netgain.experiments.progress import Progress
 from netgain.experiments.steps import done as _done
-from netgain.experiments.steps import judge, run_step
+from netgain.experiments.steps import judge, run_step, set_aside
 
 
 @dataclass
@@ -173,27 +173,7 @@ def run_side(
             for label in runs:
                 progress.step(f"{side.name} {side.device} batch {b} {label}: reused")
             continue
-        span_log = os.path.join(root, f"b{b}", "spans.jsonl")
-        os.makedirs(os.path.dirname(span_log), exist_ok=True)
-        with ServerProcess(
-            _serve_args(cfg, side, b, span_log),
-            log_path=os.path.join(root, f"b{b}", "server.log"),
-            cpus=cfg.server_cpus,
-        ) as sp:
-            ready_s = sp.wait_ready()
-            for label, run_dir in runs.items():
-                if _done(run_dir):
-                    progress.step(f"{side.name} {side.device} batch {b} {label}: reused")
-                    continue
-                if label == "cold":  # right after start: no warm-up excluded, the first requests count
-                    _load(cfg, side, sp.target, run_dir, warmup_s=0.0, extra=[])
-                    with open(os.path.join(run_dir, "drill.json"), "w") as fh:
-                        json.dump({"spawn_to_serving_s": ready_s}, fh)
-                elif label == "warm":
-                    _load(cfg, side, sp.target, run_dir, warmup_s=cfg.warmup_s, extra=[])
-                else:
-                    _load(cfg, side, sp.target, run_dir, warmup_s=cfg.warmup_s, extra=["--items", label[5:]])
-                progress.step(f"{side.name} {side.device} batch {b} {label}: p99 {_p99(run_dir):.2f} ms")
+        _batch_runs(cfg, side, b, runs, progress)
     result["best_batch"] = best_batch(cfg, {b: r["warm"] for b, r in result["batches"].items()})
     if not cfg.rates:
         return search_side(cfg, side, result, progress, start)
@@ -220,6 +200,54 @@ def run_side(
                 f"{side.name} {side.device} sweep batch {b} at {rate:g} req/s: p99 {_p99(run_dir):.2f} ms"
             )
     return result
+
+
+def _batch_runs(cfg: CompareConfig, side: Side, b: int, runs: dict[str, str], progress: Progress) -> None:
+    """One batch size's compared runs, cold first, on one server. A run the load generator made
+    invalid is measured once more, on a fresh server (a cold run needs one): an invalid run is no
+    evidence, and the verdict would be INCONCLUSIVE for a reason another run removes."""
+    head = f"{side.name} {side.device} batch {b}"
+    todo = [label for label, d in runs.items() if not _done(d)]
+    for attempt in range(2):
+        redo: list[str] = []
+        span_log = os.path.join(os.path.dirname(runs["warm"]), "spans.jsonl")
+        os.makedirs(os.path.dirname(span_log), exist_ok=True)
+        with ServerProcess(
+            _serve_args(cfg, side, b, span_log),
+            log_path=os.path.join(os.path.dirname(span_log), "server.log"),
+            cpus=cfg.server_cpus,
+        ) as sp:
+            ready_s = sp.wait_ready()
+            for label, run_dir in runs.items():
+                if label not in todo:
+                    if not attempt:
+                        progress.step(f"{head} {label}: reused")
+                    continue
+                _compared_load(cfg, side, sp.target, label, run_dir, ready_s)
+                if not attempt and not _summary(run_dir)[1]:
+                    redo.append(label)
+                    continue
+                progress.step(f"{head} {label}: p99 {_p99(run_dir):.2f} ms")
+        if not redo:
+            return
+        for label in redo:
+            set_aside(runs[label])
+            progress.note(f"{head} {label}: invalid run (the load generator fell behind), repeated once")
+        _summary.cache_clear()
+        todo = redo
+
+
+def _compared_load(
+    cfg: CompareConfig, side: Side, target: str, label: str, run_dir: str, ready_s: float
+) -> None:
+    if label == "cold":  # right after start: no warm-up excluded, the first requests count
+        _load(cfg, side, target, run_dir, warmup_s=0.0, extra=[])
+        with open(os.path.join(run_dir, "drill.json"), "w") as fh:
+            json.dump({"spawn_to_serving_s": ready_s}, fh)
+    elif label == "warm":
+        _load(cfg, side, target, run_dir, warmup_s=cfg.warmup_s, extra=[])
+    else:
+        _load(cfg, side, target, run_dir, warmup_s=cfg.warmup_s, extra=["--items", label[5:]])
 
 
 def _sweep_load(cfg: CompareConfig, side: Side, target: str, run_dir: str, rate: float) -> None:
@@ -459,17 +487,3 @@ def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict
             }
         )
     return out
-
-
-def limit_lines(limits: list[dict[str, Any]]) -> list[str]:
-    """``NEXT`` lines: each side's limiting resource in the sweep and the change it calls for."""
-    lines = []
-    for lim in limits:
-        where = (
-            f"held the SLO at every rate tried; at the highest, {lim['rate']:g} req/s"
-            if lim["held_every_rate"]
-            else f"first missed the SLO at {lim['rate']:g} req/s"
-        )
-        for k in lim["kinds"]:
-            lines.append(f"NEXT {lim['side']} ({lim['device']}): {where}, {k['kind']}: {k['action']}")
-    return lines

@@ -25,6 +25,14 @@ def judge(run_dir: str, rate: float, slo_p99_ms: float, max_error_ratio: float) 
     return trial(rep, rate, slo_p99_ms, max_error_ratio)
 
 
+def set_aside(run_dir: str) -> None:
+    """Keep an invalid run in ``invalid/`` beside it (the last such run), so it is measured again."""
+    kept = os.path.join(os.path.dirname(run_dir), "invalid", os.path.basename(run_dir))
+    shutil.rmtree(kept, ignore_errors=True)
+    os.makedirs(os.path.dirname(kept), exist_ok=True)
+    os.rename(run_dir, kept)
+
+
 def run_step(
     run_dir: str,
     rate: float,
@@ -40,10 +48,7 @@ def run_step(
         measure()
     t = judge(run_dir, rate, slo_p99_ms, max_error_ratio)
     if not reused and not t.valid and not t.p99 > slo_p99_ms:
-        kept = os.path.join(os.path.dirname(run_dir), "invalid", os.path.basename(run_dir))
-        shutil.rmtree(kept, ignore_errors=True)
-        os.makedirs(os.path.dirname(kept), exist_ok=True)
-        os.rename(run_dir, kept)
+        set_aside(run_dir)
         say(f"at {rate:.4g} req/s: invalid run (send lag), repeated once")
         measure()
         t = judge(run_dir, rate, slo_p99_ms, max_error_ratio)

@@ -1,0 +1,56 @@
+"""compare measures an invalid compared run once more (a cold one on a fresh server): a run the load
+generator made invalid is no evidence, and another run removes the reason. Real null servers and
+real load runs; only the first runs' send-lag bound is made impossible to meet."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netgain.experiments import cpu_vs_gpu
+from netgain.experiments.cpu_vs_gpu import CompareConfig, Side
+from netgain.experiments.progress import Progress
+
+
+def _cfg(tmp_path: Path) -> CompareConfig:
+    return CompareConfig(
+        model="null", traffic=["--rate", "20"], duration_s=1.5, warmup_s=0.5, batch_sizes=[1],
+        items=[1], rates=[], sweep_duration_s=1.5, slo_p99_ms=500.0, workers=1, out=str(tmp_path),
+        baseline=Side("baseline", "cpu", 1.0), treatment=Side("treatment", "cpu", 2.0),
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_an_invalid_cold_and_warm_run_are_each_measured_once_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real_load = cpu_vs_gpu._load
+    calls: list[str] = []
+
+    def load(*args: Any, extra: list[str], **kw: Any) -> int:
+        out = args[3]
+        calls.append(Path(out).name)
+        first = calls.count(Path(out).name) == 1
+        # A bound no run meets: the first cold and warm runs are INVALID for send lag.
+        forced = ["--max-send-lag-ms", "0.000001"] if first else []
+        return real_load(*args, extra=[*extra, *forced], **kw)
+
+    monkeypatch.setattr(cpu_vs_gpu, "_load", load)
+    cfg = _cfg(tmp_path)
+    runs = {label: str(tmp_path / "baseline" / "b1" / label) for label in ("cold", "warm")}
+    cpu_vs_gpu._batch_runs(cfg, cfg.baseline, 1, runs, Progress(2))
+    err = capsys.readouterr().err
+
+    assert calls == ["cold", "warm", "cold", "warm"]
+    for label in ("cold", "warm"):
+        assert f"baseline cpu batch 1 {label}: invalid run (the load generator fell behind), repeated once" in err
+        assert f"baseline cpu batch 1 {label}: p99 " in err
+        kept = tmp_path / "baseline" / "b1" / "invalid" / label / "meta.json"
+        assert json.loads(kept.read_text())["config"]["max_send_lag_ms"] == pytest.approx(1e-6)
+        assert cpu_vs_gpu._summary(runs[label])[1], f"the repeated {label} run is valid"
+    # The repeated cold run came right after a fresh server's start: it has its start-up time.
+    assert json.loads((Path(runs["cold"]) / "drill.json").read_text())["spawn_to_serving_s"] > 0
+    assert err.count("] baseline cpu batch 1 ") == 4  # two notes and two steps, none twice
