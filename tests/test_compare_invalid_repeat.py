@@ -46,7 +46,8 @@ def test_an_invalid_cold_and_warm_run_are_each_measured_once_more(
 
     assert calls == ["cold", "warm", "cold", "warm"]
     for label in ("cold", "warm"):
-        assert f"baseline cpu batch 1 {label}: invalid run (the load generator fell behind), repeated once" in err
+        note = f"baseline cpu batch 1 {label}: invalid run (the load generator fell behind), repeated once"
+        assert note in err
         assert f"baseline cpu batch 1 {label}: p99 " in err
         kept = tmp_path / "baseline" / "b1" / "invalid" / label / "meta.json"
         assert json.loads(kept.read_text())["config"]["max_send_lag_ms"] == pytest.approx(1e-6)
