@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import threading
 import time
@@ -24,7 +25,7 @@ from netgain.server.device import DeviceOutOfMemory, DeviceRunner
 from netgain.server.handlers.base import Handler, InvalidInput
 from netgain.server.service import Limits, validate_request
 from netgain.server.telemetry.metrics import DURATION_BUCKETS, log_buckets
-from netgain.server.telemetry.recorder import SpanLog, span_record
+from netgain.server.telemetry.recorder import SpanLog, span_line
 from netgain.server.telemetry.samplers import thread_role
 
 MS = 1_000_000
@@ -460,15 +461,31 @@ def test_span_log_rotates(tmp_path: Any) -> None:
     assert (tmp_path / "spans.jsonl.1").read_text() == "a" * 60 + "\n"
 
 
-def test_span_record_fields() -> None:
+def test_span_line_fields() -> None:
     p = pending("req-1", items=2, arrival_ns=5)
     p.batch_id, p.batch_size = 7, 4
-    p.spans = {"queue": 1_500_000, "kernel": 2_000_000}
-    rec = span_record(p, 4_000_000, 1_700_000_000_000_000_000)
-    assert rec["id"] == "req-1" and rec["code"] == "OK" and rec["items"] == 2
+    p.spans = {"queue": 1_500_000, "kernel": 2_000_000, "post": 1}
+    rec = json.loads(span_line(p, 4_000_000, 1_700_000_000_000_000_000, 42))
+    assert rec["id"] == "req-1" and rec["code"] == "OK" and rec["items"] == 2 and rec["pid"] == 42
     assert (rec["batch_id"], rec["batch_size"], rec["total_ms"]) == (7, 4, 4.0)
     assert rec["queue_ms"] == 1.5 and rec["kernel_ms"] == 2.0 and rec["pre_ms"] == 0.0
+    assert rec["post_ms"] == 0.000001 and rec["arrival_unix_ns"] == 1_700_000_000_000_000_000
     assert {f"{ph}_ms" for ph in PHASES} <= set(rec)
+
+
+def test_span_line_keeps_every_nanosecond_and_escapes_the_id() -> None:
+    """Milliseconds with six decimals are whole nanoseconds: written exactly, as round(ns / 1e6, 6)
+    reads; a request id a client chose is JSON-escaped."""
+    rng = random.Random(7)
+    p = pending('id "quoted" \\ \n é')
+    p.batch_id = -1  # failed before batching
+    for _ in range(2000):
+        p.spans = {ph: rng.randrange(0, 10**12) for ph in PHASES}
+        total = rng.randrange(0, 10**13)
+        rec = json.loads(span_line(p, total, 0, 1))
+        assert rec["id"] == p.request_id and rec["batch_id"] == -1
+        assert rec["total_ms"] == round(total / 1e6, 6)
+        assert all(rec[f"{ph}_ms"] == round(p.spans[ph] / 1e6, 6) for ph in PHASES)
 
 
 def test_thread_roles() -> None:

@@ -72,19 +72,20 @@ class SpanLog:
             self._fd = -1
 
 
-def span_record(p: Pending, total_ns: int, arrival_unix_ns: int) -> dict[str, Any]:
-    rec: dict[str, Any] = {
-        "id": p.request_id,
-        "code": p.code,
-        "batch_id": p.batch_id,
-        "batch_size": p.batch_size,
-        "items": p.n_items,
-        "arrival_unix_ns": arrival_unix_ns,
-        "total_ms": round(total_ns / 1e6, 6),
-    }
-    for phase in PHASES:
-        rec[f"{phase}_ms"] = round(p.spans.get(phase, 0) / 1e6, 6)
-    return rec
+_PHASE_KEYS = tuple((phase, f'"{phase}_ms":') for phase in PHASES)
+
+
+def span_line(p: Pending, total_ns: int, arrival_unix_ns: int, pid: int) -> str:
+    """A request's span-log line (JSON), formatted directly: a third of json.dumps of a dict's cost,
+    on a thread that shares the frontend's interpreter. Milliseconds with six decimals are whole
+    nanoseconds, exact below 10^15 ns (a double's 15 digits)."""
+    get = p.spans.get
+    phases = ",".join([f"{key}{get(phase, 0) / 1e6:.6f}" for phase, key in _PHASE_KEYS])
+    return (
+        f'{{"id":{json.dumps(p.request_id)},"code":{json.dumps(p.code)},"batch_id":{int(p.batch_id)},'
+        f'"batch_size":{int(p.batch_size)},"items":{p.n_items},"arrival_unix_ns":{int(arrival_unix_ns)},'
+        f'"total_ms":{total_ns / 1e6:.6f},{phases},"pid":{int(pid)}}}\n'
+    )
 
 
 SHARED_NAMES = tuple(SERIES[s] for s in SHARED)  # the order of SHARED, as span names
@@ -243,10 +244,8 @@ class Recorder:
                 m.requests_with("OK").inc(n)  # after the histograms: a scrape never counts more
         if self.span_log is not None:
             logged = [self._logged.popleft() for _ in range(len(self._logged))]
-            for p, total_ns in logged:
-                rec = span_record(p, total_ns, p.arrival_ns + self.wall_offset_ns)
-                rec["pid"] = self.pid
-                lines.append(json.dumps(rec, separators=(",", ":")) + "\n")
+            offset, pid = self.wall_offset_ns, self.pid
+            lines.extend([span_line(p, total_ns, p.arrival_ns + offset, pid) for p, total_ns in logged])
         if lines and self.span_log is not None:
             self.span_log.write(lines)
             self.span_log.flush()
