@@ -16,8 +16,9 @@ comes from the one search ``compare`` and ``tune`` run (``netgain.experiments.ca
 - ``litserve``: ``benchmarks/peer_servers.py litserve`` under ``--litserve-python`` (env
   NETGAIN_LITSERVE_PYTHON): a LitAPI whose hooks are the handler's steps, ``max_batch_size`` and
   ``batch_timeout`` the same, ``--litserve-workers`` workers and ``--litserve-api-servers`` API
-  servers; driven by ``--protocol http-json``. Both peers' processes run ``--peer-threads`` torch
-  threads (OMP_NUM_THREADS).
+  servers; driven by ``--protocol http-json``. The peers' processes run ``--peer-threads`` torch
+  threads each (OMP_NUM_THREADS; by default one on a GPU, where they only pre-process, and on the
+  CPU the server's cores shared among the processes that run the forward).
 
 A peer whose interpreter is not given (or cannot import what it needs) is skipped with the reason.
 Every step's run directory is ``OUT/PEER/search/r<rate>`` and is reused when it is there, so a run
@@ -160,12 +161,24 @@ def _wait_http(port: int, path: str, timeout_s: float, proc: subprocess.Popen[by
     raise SystemExit(f"peer not ready on port {port} within {timeout_s:.0f} s (log: {log})")
 
 
+def peer_threads(a: argparse.Namespace, cores: int) -> dict[str, int]:
+    """Torch threads per peer process: ``--peer-threads``, else one on a GPU (its processes only
+    pre-process) and on the CPU the server's cores over the processes that run the forward (one
+    for PyTriton's instances, which are threads; LitServe's workers)."""
+    if a.peer_threads > 0:
+        return {"triton": a.peer_threads, "litserve": a.peer_threads}
+    if a.device != "cpu":
+        return {"triton": 1, "litserve": 1}
+    return {"triton": max(1, cores), "litserve": max(1, cores // max(1, a.litserve_workers))}
+
+
 def make_peers(a: argparse.Namespace, server_cpus: list[int]) -> tuple[list[Peer], dict[str, str]]:
     """The peers to measure, and the reason each of the others is skipped."""
     peers: list[Peer] = []
     skipped: dict[str, str] = {}
     common = handler_args(a)
     batching = {"max_batch_size": a.max_batch_size, "max_queue_delay_ms": a.max_queue_delay_ms}
+    threads = peer_threads(a, len(server_cpus))
     for name in a.peers.split(","):
         if name == "netgain":
             serve = [*common, "--max-batch-size", str(a.max_batch_size),
@@ -198,12 +211,12 @@ def make_peers(a: argparse.Namespace, server_cpus: list[int]) -> tuple[list[Peer
                         "--max-queue-delay-ms", f"{a.max_queue_delay_ms:g}",
                         "--instances", str(a.triton_instances), "--grpc-port", str(grpc_port),
                         "--http-port", str(http_port), "--metrics-port", str(metrics_port)]  # fmt: skip
-                proc = _peer_process(stack, py, args, log, server_cpus, a.peer_threads)
+                proc = _peer_process(stack, py, args, log, server_cpus, threads["triton"])
                 _wait_http(http_port, f"/v2/models/{a.model}/ready", a.ready_timeout_s, proc, log)
                 return f"127.0.0.1:{grpc_port}"
 
             config = {"server": "PyTriton (Triton Inference Server) " + _version(py, "pytriton"),
-                      **batching, "instances": a.triton_instances, "torch_threads": a.peer_threads,
+                      **batching, "instances": a.triton_instances, "torch_threads": threads["triton"],
                       "protocol": "Open Inference Protocol gRPC"}  # fmt: skip
             peers.append(Peer("triton", config, start_triton, ["--protocol", "oip", "--oip-model", a.model]))
         elif name == "litserve":
@@ -222,7 +235,7 @@ def make_peers(a: argparse.Namespace, server_cpus: list[int]) -> tuple[list[Peer
                         "--instances", str(a.litserve_workers), "--port", str(port),
                         "--api-servers", str(a.litserve_api_servers),
                         *(["--fast-queue"] if a.litserve_fast_queue else [])]  # fmt: skip
-                proc = _peer_process(stack, py, args, log, server_cpus, a.peer_threads)
+                proc = _peer_process(stack, py, args, log, server_cpus, threads["litserve"])
                 _wait_http(port, "/health", a.ready_timeout_s, proc, log)
                 return f"127.0.0.1:{port}"
 
@@ -231,7 +244,7 @@ def make_peers(a: argparse.Namespace, server_cpus: list[int]) -> tuple[list[Peer
                       "workers_per_device": a.litserve_workers,
                       "num_api_servers": a.litserve_api_servers or "LitServe's default",
                       "fast_queue": a.litserve_fast_queue, "access_log": False,
-                      "torch_threads": a.peer_threads,
+                      "torch_threads": threads["litserve"],
                       "protocol": "HTTP/1.1 JSON (base64 payload)"}  # fmt: skip
             peers.append(
                 Peer(
@@ -350,7 +363,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--litserve-fast-queue", action="store_true", help="LitServe fast_queue (ZeroMQ)")
     ap.add_argument(
-        "--peer-threads", type=int, default=1, help="OMP_NUM_THREADS of the Triton and LitServe processes"
+        "--peer-threads",
+        type=int,
+        default=0,
+        help="OMP_NUM_THREADS of each Triton and LitServe process (0: 1 on cuda; on cpu the cores shared)",
     )
     ap.add_argument("--server-cpus", default="auto", help="cores of every server (0-11,14 or all)")
     ap.add_argument("--load-cpus", default="auto", help="cores of the load generator")
