@@ -270,7 +270,7 @@ class Supervisor:
         for conn in [*self.pre_ctl, *self.front_ctl]:
             conn.send(("go", info))
         total = self.cold.timeline()[-1][1]
-        cores = cpu_list(sorted({*self.device_cpus, *self.other_cpus}))
+        cores = cpu_list(sorted(self.usable))
         say(f"ready ({self.handler.name} on {self.device}, cold start {total:.2f} s, cores {cores})")
         return self._supervise(stop)
 

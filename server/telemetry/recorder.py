@@ -82,9 +82,9 @@ def span_line(p: Pending, total_ns: int, arrival_unix_ns: int, pid: int) -> str:
     get = p.spans.get
     phases = ",".join([f"{key}{get(phase, 0) / 1e6:.6f}" for phase, key in _PHASE_KEYS])
     return (
-        f'{{"id":{json.dumps(p.request_id)},"code":{json.dumps(p.code)},"batch_id":{int(p.batch_id)},'
-        f'"batch_size":{int(p.batch_size)},"items":{p.n_items},"arrival_unix_ns":{int(arrival_unix_ns)},'
-        f'"total_ms":{total_ns / 1e6:.6f},{phases},"pid":{int(pid)}}}\n'
+        f'{{"id":{json.dumps(p.request_id)},"code":{json.dumps(p.code)},"batch_id":{p.batch_id},'
+        f'"batch_size":{p.batch_size},"items":{p.n_items},"arrival_unix_ns":{arrival_unix_ns},'
+        f'"total_ms":{total_ns / 1e6:.6f},{phases},"pid":{pid}}}\n'
     )
 
 
