@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import random
 import threading
 import time
@@ -25,7 +24,6 @@ from netgain.server.device import DeviceOutOfMemory, DeviceRunner
 from netgain.server.handlers.base import Handler, InvalidInput
 from netgain.server.service import Limits, validate_request
 from netgain.server.telemetry.metrics import DURATION_BUCKETS, log_buckets
-from netgain.server.telemetry.recorder import SpanLog, span_line
 from netgain.server.telemetry.samplers import thread_role
 
 MS = 1_000_000
@@ -451,43 +449,6 @@ def test_duration_buckets_span_10us_to_10s_log_spaced() -> None:
     assert log_buckets(1e-3, 1.0, per_decade=1) == (0.001, 0.01, 0.1, 1.0)
 
 
-def test_span_log_rotates(tmp_path: Any) -> None:
-    path = tmp_path / "spans.jsonl"
-    log = SpanLog(str(path), max_bytes=100)
-    log.write(["a" * 60 + "\n"])
-    log.write(["b" * 60 + "\n"])  # would pass 100 bytes: the first line moves to .1
-    log.close()
-    assert path.read_text() == "b" * 60 + "\n"
-    assert (tmp_path / "spans.jsonl.1").read_text() == "a" * 60 + "\n"
-
-
-def test_span_line_fields() -> None:
-    p = pending("req-1", items=2, arrival_ns=5)
-    p.batch_id, p.batch_size = 7, 4
-    p.spans = {"queue": 1_500_000, "kernel": 2_000_000, "post": 1}
-    rec = json.loads(span_line(p, 4_000_000, 1_700_000_000_000_000_000, 42))
-    assert rec["id"] == "req-1" and rec["code"] == "OK" and rec["items"] == 2 and rec["pid"] == 42
-    assert (rec["batch_id"], rec["batch_size"], rec["total_ms"]) == (7, 4, 4.0)
-    assert rec["queue_ms"] == 1.5 and rec["kernel_ms"] == 2.0 and rec["pre_ms"] == 0.0
-    assert rec["post_ms"] == 0.000001 and rec["arrival_unix_ns"] == 1_700_000_000_000_000_000
-    assert {f"{ph}_ms" for ph in PHASES} <= set(rec)
-
-
-def test_span_line_keeps_every_nanosecond_and_escapes_the_id() -> None:
-    """Milliseconds with six decimals are whole nanoseconds: written exactly, as round(ns / 1e6, 6)
-    reads; a request id a client chose is JSON-escaped."""
-    rng = random.Random(7)
-    p = pending('id "quoted" \\ \n é')
-    p.batch_id = -1  # failed before batching
-    for _ in range(2000):
-        p.spans = {ph: rng.randrange(0, 10**12) for ph in PHASES}
-        total = rng.randrange(0, 10**13)
-        rec = json.loads(span_line(p, total, 0, 1))
-        assert rec["id"] == p.request_id and rec["batch_id"] == -1
-        assert rec["total_ms"] == round(total / 1e6, 6)
-        assert all(rec[f"{ph}_ms"] == round(p.spans[ph] / 1e6, 6) for ph in PHASES)
-
-
 def test_thread_roles() -> None:
     assert thread_role("python", 10, 10) == "frontend"
     assert thread_role("netgain-prepost_0", 11, 10) == "prepost"
@@ -502,58 +463,6 @@ def test_example_inputs_are_deterministic() -> None:
 
     h = TabularHandler()
     assert h.example_input(random.Random(3)) == h.example_input(random.Random(3))
-
-
-def test_recorder_observes_with_exemplars_and_writes_span_log(tmp_path: Any) -> None:
-    import json
-
-    from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
-
-    from netgain.server.telemetry.metrics import ServerMetrics
-    from netgain.server.telemetry.recorder import Recorder
-
-    registry = CollectorRegistry()
-    metrics = ServerMetrics(registry, "null", "cpu")
-    path = tmp_path / "spans.jsonl"
-    rec = Recorder(metrics, SpanLog(str(path)), wall_offset_ns=0)
-    long_id = "r" * 128  # the longest id the servicer accepts
-    # Totals in different buckets: a bucket keeps only its latest exemplar.
-    batch = []
-    for rid, code, total in (
-        ("short", "OK", 6_000),
-        (long_id, "OK", 60_000_000),
-        ("bad", "INVALID_ARGUMENT", 1),
-    ):
-        p = pending(rid)
-        p.code = code
-        p.spans = {phase: 1_000 for phase in PHASES}
-        rec.request_done(p, total)
-        batch.append(p)
-    rec.batch_done(2, 5_000, batch)
-    rec.start()
-    rec.stop()  # drains what is left, closes the span log
-    assert [json.loads(line)["id"] for line in path.read_text().splitlines()] == ["short", long_id, "bad"]
-    assert (
-        registry.get_sample_value("netgain_requests_total", {"model": "null", "device": "cpu", "code": "OK"})
-        == 2
-    )
-    assert (
-        registry.get_sample_value(
-            "netgain_phase_duration_seconds_count", {"model": "null", "device": "cpu", "phase": "kernel"}
-        )
-        == 2
-    )
-    assert registry.get_sample_value(
-        "netgain_phase_duration_seconds_sum", {"model": "null", "device": "cpu", "phase": "kernel"}
-    ) == pytest.approx(2e-6)
-    assert registry.get_sample_value("netgain_batches_total", {"model": "null", "device": "cpu"}) == 1
-    assert rec.kernel_ns_total == 5_000
-    exposition = generate_openmetrics(registry).decode()
-    assert 'request_id="short"' in exposition
-    # An id too long for an OpenMetrics exemplar is not cut (a cut id names no request): no exemplar.
-    assert long_id[:100] not in exposition
-    assert "request_id" not in generate_latest(registry).decode()
 
 
 def test_duration_histograms_batch_shared_phases_equal_per_request_observations() -> None:
