@@ -11,6 +11,7 @@ import pytest
 
 from netgain.experiments import cpu_vs_gpu
 from netgain.experiments.capacity import Trial
+from netgain.experiments.compare_price import limit_lines
 from netgain.experiments.cpu_vs_gpu import CompareConfig, Side, limits_of
 
 
@@ -45,3 +46,16 @@ def test_a_step_that_shed_requests_within_the_slo_is_the_first_miss(
     for lim in limits:
         assert lim["held_rates"] == [400.0] and not lim["held_every_rate"]
         assert lim["rate"] == 800.0 and lim["kinds"][0]["kind"] == "queue-full"
+        # It says which rule the step broke: errors alone, its p99 within the SLO.
+        assert lim["why"] == "2.00% of requests failed, over the 0.10% bound; p99 60.0 ms held"
+    assert limit_lines(limits)[0] == (
+        "NEXT baseline (cpu): first missed at 800 req/s (2.00% of requests failed, over the 0.10% "
+        "bound; p99 60.0 ms held), queue-full: act on queue-full"
+    )
+
+
+def test_a_miss_on_latency_names_its_p99_and_an_invalid_run_says_so() -> None:
+    slow = Trial(800.0, 790.0, 40.0, 161.5, 0, 0.0, True, "x", False)
+    assert cpu_vs_gpu.miss_reason(slow, 100.0, 1e-3) == "p99 161.5 ms over 100"
+    invalid = Trial(800.0, 500.0, 40.0, 90.0, 0, 0.0, False, "x", False)
+    assert cpu_vs_gpu.miss_reason(invalid, 100.0, 1e-3) == "the run was invalid; p99 90.0 ms held"

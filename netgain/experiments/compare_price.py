@@ -78,7 +78,7 @@ def limit_lines(limits: list[dict[str, Any]]) -> list[str]:
         where = (
             f"held the SLO at every rate tried; at the highest, {lim['rate']:g} req/s"
             if lim["held_every_rate"]
-            else f"first missed the SLO at {lim['rate']:g} req/s"
+            else f"first missed at {lim['rate']:g} req/s" + (f" ({lim['why']})" if lim.get("why") else "")
         )
         for k in lim["kinds"]:
             lines.append(f"NEXT {lim['side']} ({lim['device']}): {where}, {k['kind']}: {k['action']}")

@@ -458,6 +458,20 @@ def crossover_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]], rep: Repo
     return crossover(cfg.rates, per_side, slo_p99_ms=cfg.slo_p99_ms)
 
 
+def miss_reason(t: capacity.Trial, slo_p99_ms: float, max_error_ratio: float) -> str:
+    """Which of the search's rules a step broke, with its figures: a step can miss on errors alone."""
+    parts = []
+    if not t.valid:
+        parts.append("the run was invalid")
+    if t.p99 > slo_p99_ms:
+        parts.append(f"p99 {t.p99:.1f} ms over {slo_p99_ms:g}")
+    if t.error_ratio > max_error_ratio:
+        parts.append(f"{t.error_ratio:.2%} of requests failed, over the {max_error_ratio:.2%} bound")
+    if parts and t.p99 <= slo_p99_ms:
+        parts.append(f"p99 {t.p99:.1f} ms held")
+    return "; ".join(parts)
+
+
 def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per side, what limited it in the rate sweep: the bottleneck of the first rate past the SLO
     (where the limiting resource shows), or of the highest rate when every rate held."""
@@ -474,6 +488,7 @@ def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict
         missed = [(r, d) for r, d in runs if r not in held]
         rate, run_dir = missed[0] if missed else runs[-1]
         bn = build_report(run_dir, slo_p99_ms=cfg.slo_p99_ms, bootstrap=0)["bottleneck"]
+        t = _trial(cfg, run_dir, rate)
         out.append(
             {
                 "side": name,
@@ -482,6 +497,7 @@ def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict
                 "run": run_dir,
                 "held_every_rate": not missed,
                 "held_rates": held,
+                "why": miss_reason(t, cfg.slo_p99_ms, cfg.max_error_ratio) if missed else "",
                 "kinds": [{"kind": k["kind"], "action": k["action"]} for k in bn.get("kinds", [])]
                 or [{"kind": bn["kind"], "action": bn["action"]}],
             }
