@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 from conftest import ServerHandle
+from grpc_health.v1 import health_pb2
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -19,6 +20,8 @@ from netgain.contract.phases import PHASES, parse_batch, parse_server_timing
 from netgain.protos import InferenceStub, pb
 
 CODE = grpc.StatusCode
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 def png(color: tuple[int, int, int] = (200, 40, 40), size: tuple[int, int] = (24, 24)) -> bytes:

@@ -11,9 +11,9 @@ from typing import Any
 import grpc
 import pytest
 from conftest import ServerHandle, ServerLauncher
-from grpc_health.v1 import health_pb2
 from grpc_helpers import (
     CODE,
+    SERVING,
     Reply,
     assert_full_timing,
     concurrently,
@@ -29,9 +29,6 @@ from netgain.contract.cores import cpu_list
 from netgain.contract.phases import PHASES
 from netgain.protos import SERVICE_NAME, InferenceStub, pb
 from netgain.server.coldstart import COLD_START_PHASES
-
-SERVING = health_pb2.HealthCheckResponse.SERVING
-NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 # Every test here starts a server process.
 pytestmark = pytest.mark.slow

@@ -12,9 +12,9 @@ from functools import partial
 import grpc
 import pytest
 from conftest import REPO_ROOT, ServerLauncher, server_env
-from grpc_health.v1 import health_pb2
 from grpc_helpers import (
     CODE,
+    NOT_SERVING,
     assert_full_timing,
     concurrently,
     infer,
@@ -24,9 +24,6 @@ from grpc_helpers import (
 
 from netgain.loadgen.payloads import PayloadFactory
 from netgain.protos import SERVICE_NAME, pb
-
-SERVING = health_pb2.HealthCheckResponse.SERVING
-NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 # Every test here starts a server process.
 pytestmark = pytest.mark.slow
