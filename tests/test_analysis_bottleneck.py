@@ -265,3 +265,26 @@ def test_upstream_bound_image_handler_names_gpu_decode(
     assert ("GPU pre-processing with --handler-option decode=gpu" in b["action"]) is named, b["action"]
     assert "GPU pre-processing" in b["action"]
     assert all(k["action"] == b["action"] for k in b["kinds"])
+
+
+def test_requests_shed_while_p99_met_the_slo_name_the_queue_bound(tmp_path: Path) -> None:
+    """A busy GPU that shed requests at its queue bound while p99 stayed within the SLO: the bound,
+    not latency, refused them, so the action names --max-queue-size; without an SLO it cannot say."""
+    shed = {i: "RESOURCE_EXHAUSTED" for i in range(900, 904)}
+    run = make_run(
+        tmp_path / "shed", rate=100.0, duration_s=10.0, warmup_s=2.0, device="cuda",
+        samples=SATURATED_GPU, statuses=shed,
+    )  # fmt: skip
+    b = build_report(run, slo_p99_ms=100.0, bootstrap=0)["bottleneck"]
+    line = (
+        "4 request(s) shed at --max-queue-size 256 while p99 met the SLO: the bound, not latency, "
+        "refused them (a larger bound queues them instead)"
+    )
+    assert b["kind"] == "gpu-bound" and line in b["evidence"] and line in b["kinds"][0]["evidence"]
+    assert b["action"].startswith("batch more") and b["action"].endswith(
+        "or a larger --max-queue-size, which queues the requests it now sheds within the SLO"
+    )
+    # Over the SLO (or with none given) the queue bound is no lever: latency refuses them anyway.
+    for slo in (1.0, None):
+        b = build_report(run, slo_p99_ms=slo, bootstrap=0)["bottleneck"]
+        assert "--max-queue-size" not in b["action"] and line not in b["evidence"]

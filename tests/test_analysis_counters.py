@@ -13,8 +13,8 @@ import pytest
 from analysis_fixtures import make_run
 
 from netgain.analysis import build_report
-from netgain.analysis.bottleneck import series
 from netgain.analysis.counters import increase_rates, with_ratios
+from netgain.analysis.resources import series
 from netgain.analysis.rundir import load_samples
 from netgain.contract.records import sample_schema
 from netgain.loadgen.runner.scrape import parse_samples

@@ -9,7 +9,7 @@ from typing import Any, cast
 import numpy as np
 
 from netgain.analysis import bottleneck as bn
-from netgain.analysis import cost, run_cost, stats, stream
+from netgain.analysis import cost, resources, run_cost, stats, stream
 from netgain.analysis.coverage import attribution_gaps, server_measured
 from netgain.analysis.figures import Figures, latency_cdf, window
 from netgain.analysis.rundir import (
@@ -181,13 +181,14 @@ def _resources(
     span_log: str | Path | None = None,
     missed: str | None = None,
     shed: int = 0,
+    p99_held: bool | None = None,
 ) -> dict[str, Any]:
     """GPU, CPU and queue over the window from the scraped samples, and the bottleneck they point to."""
     samples = load_samples(run_dir)
     if samples is None:
         warnings.append("no samples.parquet: GPU/CPU utilization and the bottleneck kind are unknown")
-    ser = bn.series(samples, rows.t0, rows.t1)
-    gpu, cpu, queue = bn.summarize_resources(ser, meta, rows.dur, bn.requests_by_pid(span_log))
+    ser = resources.series(samples, rows.t0, rows.t1)
+    gpu, cpu, queue = resources.summarize_resources(ser, meta, rows.dur, resources.requests_by_pid(span_log))
     max_lag = float(_cfg(meta).get("max_send_lag_ms") or DEFAULT_MAX_SEND_LAG_MS)
     server = meta.get("server") or {}
     device = str(server.get("device") or "unknown")
@@ -210,6 +211,7 @@ def _resources(
         missed=missed,
         shed=shed,
         decode_lever=decode_lever,
+        p99_held=p99_held,
     )
     return {"series": ser, "gpu": gpu, "cpu": cpu, "queue": queue, "device": device, "bottleneck": bott}
 
@@ -330,7 +332,8 @@ def analyze(
     if slo_held is False and latency["p99"] is not None and latency["p99"] <= (slo or 0.0):
         missed = f"error rate {st['error_rate']:.4f} > max_error_rate {cfg.get('max_error_rate')}"
     shed = st["statuses"].get("RESOURCE_EXHAUSTED", 0)
-    res = _resources(run_dir, meta, fig, send_lag, st["dropped"], warnings, span_log, missed, shed)
+    p99_held = None if not slo or latency["p99"] is None else latency["p99"] <= slo
+    res = _resources(run_dir, meta, fig, send_lag, st["dropped"], warnings, span_log, missed, shed, p99_held)
     costs = run_cost.section(
         meta,
         fig.arrival_rate,
@@ -399,7 +402,10 @@ def analyze(
         ),
         "trace": meta.get("trace") or {},
         "versions": meta.get("versions") or {},
-        "series": {"latency_cdf": fig.latency_cdf, "utilization": bn.timeseries(res["series"], PLOT_METRICS)},
+        "series": {
+            "latency_cdf": fig.latency_cdf,
+            "utilization": resources.timeseries(res["series"], PLOT_METRICS),
+        },
     }
     return RunResult(report=report, p99_draws=p99_draws, thr_draws=thr_draws, meta=meta)
 
