@@ -22,9 +22,10 @@ common=(--cpu-price-per-hour 0.68 --gpu-price-per-hour 3.50 --slo-p99-ms 100 --t
 [ -n "${SWEEP:-}" ] && common+=(--sweep-duration "$SWEEP")
 image=(--model image)
 text=(--model text)
-cmp() {  # name, compare flags...
+cmp() {  # name, compare flags...; progress appends, so a compare resumed over calls keeps every call's lines
   local name=$1; shift
-  python3 -m netgain.cli compare "$@" "${common[@]}" --out "$REF/$name" 2>"$REF/$name.progress.txt" \
+  echo "=== $(date -u +%FT%TZ) $name" >>"$REF/$name.progress.txt"
+  python3 -m netgain.cli compare "$@" "${common[@]}" --out "$REF/$name" 2>>"$REF/$name.progress.txt" \
     | tee "$REF/$name.txt" | tail -n 40
 }
 for step in ${REF_STEPS:-text image resnet50 bert-base}; do

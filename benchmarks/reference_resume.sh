@@ -5,7 +5,8 @@
 # directory again, whatever finished. From the repository root:
 #   REF_STEPS=text DURATION= SWEEP= bash benchmarks/reference_resume.sh PARTS_DIR OUT_DIR [SECONDS]
 # PARTS_DIR: runs.tgz.part-* of the last call (none the first time); OUT_DIR gets the new parts
-# (15 MiB each, the span logs left out: compare never reads them back) and reference.sh's files.
+# (15 MiB each, the span logs left out: capacities and prices come from requests.parquet, only the
+# bottleneck's per-process interpreter rule reads them) and reference.sh's files.
 # DURATION and SWEEP set but empty keep compare's own defaults; unset, 5 s runs and 3 s steps.
 set -u
 parts=${1:?PARTS_DIR}; out=${2:?OUT_DIR}; budget=${3:-540}

@@ -55,3 +55,31 @@ def test_an_invalid_cold_and_warm_run_are_each_measured_once_more(
     # The repeated cold run came right after a fresh server's start: it has its start-up time.
     assert json.loads((Path(runs["cold"]) / "drill.json").read_text())["spawn_to_serving_s"] > 0
     assert err.count("] baseline cpu batch 1 ") == 4  # two notes and two steps, none twice
+
+
+@pytest.mark.slow
+def test_a_crashed_cold_load_is_measured_again_on_a_fresh_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The first cold load dies by a signal (as gRPC's core aborting would kill it): the warm run
+    goes on on the same server, the cold one is measured on a fresh server, and compare goes on."""
+    real_load = cpu_vs_gpu._load
+    calls: list[str] = []
+
+    def load(*args: Any, **kw: Any) -> int:
+        calls.append(Path(args[3]).name)
+        if calls == ["cold"]:
+            raise cpu_vs_gpu.LoadCrashed(f"netgain load crashed (signal 6) for {args[3]}")
+        return real_load(*args, **kw)
+
+    monkeypatch.setattr(cpu_vs_gpu, "_load", load)
+    cfg = _cfg(tmp_path)
+    runs = {label: str(tmp_path / "baseline" / "b1" / label) for label in ("cold", "warm")}
+    cpu_vs_gpu._batch_runs(cfg, cfg.baseline, 1, runs, Progress(2))
+    err = capsys.readouterr().err
+
+    assert calls == ["cold", "warm", "cold"]
+    crashed = f"netgain load crashed (signal 6) for {runs['cold']}"
+    assert f"baseline cpu batch 1 cold: {crashed}, repeated once" in err
+    assert all(cpu_vs_gpu._summary(d)[1] for d in runs.values())
+    assert json.loads((Path(runs["cold"]) / "drill.json").read_text())["spawn_to_serving_s"] > 0

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from netgain.experiments import cpu_vs_gpu
+from netgain.experiments import compare_price
 from netgain.experiments.capacity import Trial
-from netgain.experiments.compare_price import limit_lines
-from netgain.experiments.cpu_vs_gpu import CompareConfig, Side, limits_of
+from netgain.experiments.compare_price import limit_lines, limits_of
+from netgain.experiments.cpu_vs_gpu import CompareConfig, Side
 
 
 def _cfg(tmp_path: Path) -> CompareConfig:
@@ -38,8 +38,8 @@ def test_a_step_that_shed_requests_within_the_slo_is_the_first_miss(
         kind = "queue-full" if run_dir.endswith("r800") else "cpu-bound"
         return {"bottleneck": {"kind": kind, "action": f"act on {kind}"}}
 
-    monkeypatch.setattr(cpu_vs_gpu, "_trial", trial)
-    monkeypatch.setattr(cpu_vs_gpu, "_done", lambda run_dir: True)
+    monkeypatch.setattr(compare_price, "step_trial", trial)
+    monkeypatch.setattr(compare_price, "_done", lambda run_dir: True)
     monkeypatch.setattr("netgain.analysis.build_report", build_report)
     side = {"sweep": [str(tmp_path / f"r{r:g}") for r in figures], "sweep_rates": list(figures)}
     limits = limits_of(_cfg(tmp_path), {"baseline": side, "treatment": side})
@@ -56,6 +56,6 @@ def test_a_step_that_shed_requests_within_the_slo_is_the_first_miss(
 
 def test_a_miss_on_latency_names_its_p99_and_an_invalid_run_says_so() -> None:
     slow = Trial(800.0, 790.0, 40.0, 161.5, 0, 0.0, True, "x", False)
-    assert cpu_vs_gpu.miss_reason(slow, 100.0, 1e-3) == "p99 161.5 ms over 100"
+    assert compare_price.miss_reason(slow, 100.0, 1e-3) == "p99 161.5 ms over 100"
     invalid = Trial(800.0, 500.0, 40.0, 90.0, 0, 0.0, False, "x", False)
-    assert cpu_vs_gpu.miss_reason(invalid, 100.0, 1e-3) == "the run was invalid; p99 90.0 ms held"
+    assert compare_price.miss_reason(invalid, 100.0, 1e-3) == "the run was invalid; p99 90.0 ms held"

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from netgain.contract.report import Report
 from netgain.experiments import capacity
+from netgain.experiments.steps import done as _done
+from netgain.experiments.steps import judge
+
+if TYPE_CHECKING:
+    from netgain.experiments.cpu_vs_gpu import CompareConfig
 
 
 def describe(cap: capacity.Capacity) -> str:
@@ -83,3 +88,55 @@ def limit_lines(limits: list[dict[str, Any]]) -> list[str]:
         for k in lim["kinds"]:
             lines.append(f"NEXT {lim['side']} ({lim['device']}): {where}, {k['kind']}: {k['action']}")
     return lines
+
+
+def step_trial(cfg: CompareConfig, run_dir: str, rate: float) -> capacity.Trial:
+    """A finished run's figures and whether it held (valid, p99 within the SLO, errors under the bound)."""
+    return judge(run_dir, rate, cfg.slo_p99_ms, cfg.max_error_ratio)
+
+
+def miss_reason(t: capacity.Trial, slo_p99_ms: float, max_error_ratio: float) -> str:
+    """Which of the search's rules a step broke, with its figures: a step can miss on errors alone."""
+    parts = []
+    if not t.valid:
+        parts.append("the run was invalid")
+    if t.p99 > slo_p99_ms:
+        parts.append(f"p99 {t.p99:.1f} ms over {slo_p99_ms:g}")
+    if t.error_ratio > max_error_ratio:
+        parts.append(f"{t.error_ratio:.2%} of requests failed, over the {max_error_ratio:.2%} bound")
+    if parts and t.p99 <= slo_p99_ms:
+        parts.append(f"p99 {t.p99:.1f} ms held")
+    return "; ".join(parts)
+
+
+def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per side, what limited it in the rate sweep: the bottleneck of the first rate past the SLO
+    (where the limiting resource shows), or of the highest rate when every rate held."""
+    from netgain.analysis import build_report
+
+    out: list[dict[str, Any]] = []
+    for name in ("baseline", "treatment"):
+        side = cfg.baseline if name == "baseline" else cfg.treatment
+        rates = sides[name].get("sweep_rates", cfg.rates)
+        runs = sorted((r, d) for r, d in zip(rates, sides[name]["sweep"], strict=True) if _done(d))
+        if not runs:
+            continue
+        held = [r for r, d in runs if step_trial(cfg, d, r).held]  # the search's own rule: errors count
+        missed = [(r, d) for r, d in runs if r not in held]
+        rate, run_dir = missed[0] if missed else runs[-1]
+        bn = build_report(run_dir, slo_p99_ms=cfg.slo_p99_ms, bootstrap=0)["bottleneck"]
+        t = step_trial(cfg, run_dir, rate)
+        out.append(
+            {
+                "side": name,
+                "device": side.device,
+                "rate": rate,
+                "run": run_dir,
+                "held_every_rate": not missed,
+                "held_rates": held,
+                "why": miss_reason(t, cfg.slo_p99_ms, cfg.max_error_ratio) if missed else "",
+                "kinds": [{"kind": k["kind"], "action": k["action"]} for k in bn.get("kinds", [])]
+                or [{"kind": bn["kind"], "action": bn["action"]}],
+            }
+        )
+    return out

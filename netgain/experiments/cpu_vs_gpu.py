@@ -20,11 +20,11 @@ from typing import Any
 from netgain.contract.report import Report, Sweep
 from netgain.errors import NetgainError
 from netgain.experiments import capacity
-from netgain.experiments.compare_price import describe, price_trace, searched
+from netgain.experiments.compare_price import describe, limits_of, price_trace, searched, step_trial
 from netgain.experiments.orchestrate import Placement, ServerProcess, run_load
 from netgain.experiments.progress import Progress
+from netgain.experiments.steps import LoadCrashed, once_more_if_crashed, run_step, set_aside
 from netgain.experiments.steps import done as _done
-from netgain.experiments.steps import judge, run_step, set_aside
 
 
 @dataclass
@@ -124,6 +124,8 @@ def _load(
         *extra,
     ]
     rc = run_load(args, quiet=True, cpus=cfg.load_cpus)
+    if rc < 0:
+        raise LoadCrashed(f"netgain load crashed (signal {-rc}) for {out}")
     if rc not in (0, 3, 4, 5):
         raise NetgainError(f"netgain load failed (exit {rc}) for {out}")
     return rc
@@ -195,7 +197,8 @@ def run_side(
         sp.wait_ready()
         for rate, run_dir in zip(cfg.rates, sweep, strict=True):
             if not _done(run_dir):
-                _sweep_load(cfg, side, sp.target, run_dir, rate)
+                measure = functools.partial(_sweep_load, cfg, side, sp.target, run_dir, rate)
+                once_more_if_crashed(run_dir, measure, progress.note)
             progress.step(
                 f"{side.name} {side.device} sweep batch {b} at {rate:g} req/s: p99 {_p99(run_dir):.2f} ms"
             )
@@ -209,7 +212,7 @@ def _batch_runs(cfg: CompareConfig, side: Side, b: int, runs: dict[str, str], pr
     head = f"{side.name} {side.device} batch {b}"
     todo = [label for label, d in runs.items() if not _done(d)]
     for attempt in range(2):
-        redo: list[str] = []
+        redo: dict[str, str] = {}  # label -> why it is measured again
         span_log = os.path.join(os.path.dirname(runs["warm"]), "spans.jsonl")
         os.makedirs(os.path.dirname(span_log), exist_ok=True)
         with ServerProcess(
@@ -223,18 +226,24 @@ def _batch_runs(cfg: CompareConfig, side: Side, b: int, runs: dict[str, str], pr
                     if not attempt:
                         progress.step(f"{head} {label}: reused")
                     continue
-                _compared_load(cfg, side, sp.target, label, run_dir, ready_s)
+                try:
+                    _compared_load(cfg, side, sp.target, label, run_dir, ready_s)
+                except LoadCrashed as exc:  # a cold run needs a fresh server: all go the invalid runs' way
+                    if attempt:
+                        raise
+                    redo[label] = str(exc)
+                    continue
                 if not attempt and not _summary(run_dir)[1]:
-                    redo.append(label)
+                    redo[label] = "invalid run (the load generator fell behind)"
                     continue
                 progress.step(f"{head} {label}: p99 {_p99(run_dir):.2f} ms")
         if not redo:
             return
-        for label in redo:
+        for label, why in redo.items():
             set_aside(runs[label])
-            progress.note(f"{head} {label}: invalid run (the load generator fell behind), repeated once")
+            progress.note(f"{head} {label}: {why}, repeated once")
         _summary.cache_clear()
-        todo = redo
+        todo = list(redo)
 
 
 def _compared_load(
@@ -263,11 +272,6 @@ def _sweep_load(cfg: CompareConfig, side: Side, target: str, run_dir: str, rate:
     )
 
 
-def _trial(cfg: CompareConfig, run_dir: str, rate: float) -> capacity.Trial:
-    """A finished run's figures and whether it held (valid, p99 within the SLO, errors under the bound)."""
-    return judge(run_dir, rate, cfg.slo_p99_ms, cfg.max_error_ratio)
-
-
 def step_dir(root: str, batch: int, rate: float) -> str:
     """A search step's run directory: named by its rate, so a resumed search finds it again."""
     return os.path.join(root, "search", f"b{batch}", f"r{rate:.6g}")
@@ -289,7 +293,7 @@ def search_side(
             for n in names
             if n.startswith("r") and _done(os.path.join(base, n))
         ]
-        trials = [_trial(cfg, d, r) for r, d in found]
+        trials = [step_trial(cfg, d, r) for r, d in found]
         cap = capacity.from_trials(trials, floor=cfg.min_rps, ceiling=cfg.max_rps, precision=cfg.precision)
         dirs = found
         progress.step(f"{head}: {len(found)} runs reused")
@@ -456,50 +460,3 @@ def crossover_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]], rep: Repo
     if searched(sides):
         return from_capacities(per_side, slo_p99_ms=cfg.slo_p99_ms)
     return crossover(cfg.rates, per_side, slo_p99_ms=cfg.slo_p99_ms)
-
-
-def miss_reason(t: capacity.Trial, slo_p99_ms: float, max_error_ratio: float) -> str:
-    """Which of the search's rules a step broke, with its figures: a step can miss on errors alone."""
-    parts = []
-    if not t.valid:
-        parts.append("the run was invalid")
-    if t.p99 > slo_p99_ms:
-        parts.append(f"p99 {t.p99:.1f} ms over {slo_p99_ms:g}")
-    if t.error_ratio > max_error_ratio:
-        parts.append(f"{t.error_ratio:.2%} of requests failed, over the {max_error_ratio:.2%} bound")
-    if parts and t.p99 <= slo_p99_ms:
-        parts.append(f"p99 {t.p99:.1f} ms held")
-    return "; ".join(parts)
-
-
-def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per side, what limited it in the rate sweep: the bottleneck of the first rate past the SLO
-    (where the limiting resource shows), or of the highest rate when every rate held."""
-    from netgain.analysis import build_report
-
-    out: list[dict[str, Any]] = []
-    for name in ("baseline", "treatment"):
-        side = cfg.baseline if name == "baseline" else cfg.treatment
-        rates = sides[name].get("sweep_rates", cfg.rates)
-        runs = sorted((r, d) for r, d in zip(rates, sides[name]["sweep"], strict=True) if _done(d))
-        if not runs:
-            continue
-        held = [r for r, d in runs if _trial(cfg, d, r).held]  # the search's own rule: errors count
-        missed = [(r, d) for r, d in runs if r not in held]
-        rate, run_dir = missed[0] if missed else runs[-1]
-        bn = build_report(run_dir, slo_p99_ms=cfg.slo_p99_ms, bootstrap=0)["bottleneck"]
-        t = _trial(cfg, run_dir, rate)
-        out.append(
-            {
-                "side": name,
-                "device": side.device,
-                "rate": rate,
-                "run": run_dir,
-                "held_every_rate": not missed,
-                "held_rates": held,
-                "why": miss_reason(t, cfg.slo_p99_ms, cfg.max_error_ratio) if missed else "",
-                "kinds": [{"kind": k["kind"], "action": k["action"]} for k in bn.get("kinds", [])]
-                or [{"kind": bn["kind"], "action": bn["action"]}],
-            }
-        )
-    return out

@@ -8,7 +8,13 @@ import shutil
 from collections.abc import Callable
 
 from netgain.contract import rundir as files
+from netgain.errors import NetgainError
 from netgain.experiments.capacity import Trial
+
+
+class LoadCrashed(NetgainError):
+    """``netgain load`` was killed by a signal (an abort in gRPC's core, the OOM killer) before it
+    finished: its run is incomplete, no evidence either way, so it is measured once more."""
 
 
 def done(run_dir: str) -> bool:
@@ -27,6 +33,8 @@ def judge(run_dir: str, rate: float, slo_p99_ms: float, max_error_ratio: float) 
 
 def set_aside(run_dir: str) -> None:
     """Keep an invalid run in ``invalid/`` beside it (the last such run), so it is measured again."""
+    if not os.path.exists(run_dir):  # a load that crashed before it wrote anything
+        return
     kept = os.path.join(os.path.dirname(run_dir), "invalid", os.path.basename(run_dir))
     shutil.rmtree(kept, ignore_errors=True)
     os.makedirs(os.path.dirname(kept), exist_ok=True)
@@ -45,7 +53,7 @@ def run_step(
     the server: it is kept in ``invalid/`` beside the step and the step measured once more."""
     reused = done(run_dir)
     if not reused:
-        measure()
+        once_more_if_crashed(run_dir, measure, lambda why: say(f"at {rate:.4g} req/s: {why}"))
     t = judge(run_dir, rate, slo_p99_ms, max_error_ratio)
     if not reused and not t.valid and not t.p99 > slo_p99_ms:
         set_aside(run_dir)
@@ -53,3 +61,14 @@ def run_step(
         measure()
         t = judge(run_dir, rate, slo_p99_ms, max_error_ratio)
     return t, reused
+
+
+def once_more_if_crashed(run_dir: str, measure: Callable[[], None], say: Callable[[str], None]) -> None:
+    """``measure``; a load generator killed by a signal is set aside and measured once more on the
+    same server (a second crash stops the search with its error)."""
+    try:
+        measure()
+    except LoadCrashed as exc:
+        set_aside(run_dir)
+        say(f"{exc}, repeated once")
+        measure()
