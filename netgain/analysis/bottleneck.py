@@ -285,19 +285,18 @@ def classify(
         kinds.append(
             {"kind": "loadgen-bound", "resource": "load generator", "action": action, "evidence": gen_ev}
         )
+    lever = _queue_bound_lever(queue, shed, p99_held)
     if server_saturated or not kinds:
         srv = {k: v for k, v in server.items() if k != "measured"}
         srv["evidence"] = srv_ev
         if drops == "target":
             srv["evidence"] = [*srv_ev, *gen_ev]
             srv["action"] = f"{server['action']}; {ACTIONS['target-drops']}"
+        if lever:  # the server's kind only: the load generator's has nothing to do with the bound
+            srv["evidence"] = [*srv["evidence"], lever]
+            srv["action"] = f"{srv['action']}; {ACTIONS['queue-bound']}"
         kinds.append(srv)
-    lever = _queue_bound_lever(queue, shed, p99_held)
     if lever:
-        for k in kinds:
-            if k["kind"] != "loadgen-bound":
-                k["evidence"] = [*k["evidence"], lever]
-                k["action"] = f"{k['action']}; {ACTIONS['queue-bound']}"
         srv_ev = [*srv_ev, lever]
     if decode_lever:
         for k in kinds:
