@@ -121,11 +121,11 @@ def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict
         runs = sorted((r, d) for r, d in zip(rates, sides[name]["sweep"], strict=True) if _done(d))
         if not runs:
             continue
-        held = [r for r, d in runs if step_trial(cfg, d, r).held]  # the search's own rule: errors count
+        trials = {r: step_trial(cfg, d, r) for r, d in runs}  # the search's own rule: errors count
+        held = [r for r, _ in runs if trials[r].held]
         missed = [(r, d) for r, d in runs if r not in held]
         rate, run_dir = missed[0] if missed else runs[-1]
         bn = build_report(run_dir, slo_p99_ms=cfg.slo_p99_ms, bootstrap=0)["bottleneck"]
-        t = step_trial(cfg, run_dir, rate)
         out.append(
             {
                 "side": name,
@@ -134,7 +134,7 @@ def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict
                 "run": run_dir,
                 "held_every_rate": not missed,
                 "held_rates": held,
-                "why": miss_reason(t, cfg.slo_p99_ms, cfg.max_error_ratio) if missed else "",
+                "why": miss_reason(trials[rate], cfg.slo_p99_ms, cfg.max_error_ratio) if missed else "",
                 "kinds": [{"kind": k["kind"], "action": k["action"]} for k in bn.get("kinds", [])]
                 or [{"kind": bn["kind"], "action": bn["action"]}],
             }
