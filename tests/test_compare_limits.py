@@ -5,7 +5,6 @@ named."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -32,15 +31,12 @@ def test_a_step_that_shed_requests_within_the_slo_is_the_first_miss(
     def trial(cfg: CompareConfig, run_dir: str, rate: float) -> Trial:
         p99, ratio = figures[rate]
         held = p99 <= cfg.slo_p99_ms and ratio <= cfg.max_error_ratio
-        return Trial(rate, rate, p99 / 2, p99, int(ratio * 1000), ratio, True, "x", held)
-
-    def build_report(run_dir: str, **_: Any) -> dict[str, Any]:
         kind = "queue-full" if run_dir.endswith("r800") else "cpu-bound"
-        return {"bottleneck": {"kind": kind, "action": f"act on {kind}"}}
+        levers = ((kind, f"act on {kind}"),)
+        return Trial(rate, rate, p99 / 2, p99, int(ratio * 1000), ratio, True, kind, held, levers)
 
     monkeypatch.setattr(compare_price, "step_trial", trial)
     monkeypatch.setattr(compare_price, "_done", lambda run_dir: True)
-    monkeypatch.setattr("netgain.analysis.build_report", build_report)
     side = {"sweep": [str(tmp_path / f"r{r:g}") for r in figures], "sweep_rates": list(figures)}
     limits = limits_of(_cfg(tmp_path), {"baseline": side, "treatment": side})
     for lim in limits:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import run_netgain
@@ -89,3 +90,27 @@ def test_the_grid_tries_pre_processing_processes_only_beside_frontend_processes(
     assert [(k.workers, k.pre_processes) for k in knobs] == [("0", "auto"), ("2", "auto"), ("2", "3")]
     flags = knobs[-1].serve_args()
     assert flags[flags.index("--pre-processes") + 1] == "3"
+
+
+def test_a_trial_keeps_every_lever_its_report_named() -> None:
+    from netgain.experiments.tune import trial as judged
+
+    def rep(bottleneck: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "latency_ms": {"p50": 10.0, "p99": 150.0}, "errors": {}, "error_rate": 0.0,
+            "valid": True, "throughput_rps": 99.0, "bottleneck": bottleneck,
+        }  # fmt: skip
+
+    two = {
+        "kind": "cpu-bound", "action": "add cores",
+        "kinds": [
+            {"kind": "cpu-bound", "action": "add cores"}, {"kind": "queue-full", "action": "more queue"},
+        ],
+    }  # fmt: skip
+    t = judged(rep(two), 100.0, 100.0, 1e-3)
+    assert not t.held and t.bottleneck == "cpu-bound"
+    assert t.levers == (("cpu-bound", "add cores"), ("queue-full", "more queue"))
+    # A report naming one kind only still gives its action.
+    assert judged(rep({"kind": "gpu-bound", "action": "a bigger GPU"}), 100.0, 100.0, 1e-3).levers == (
+        ("gpu-bound", "a bigger GPU"),
+    )

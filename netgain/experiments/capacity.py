@@ -31,6 +31,8 @@ class Trial:
     valid: bool
     bottleneck: str
     held: bool
+    # the report's (kind, action) pairs, so a caller naming the limit need not build it again
+    levers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass

@@ -112,8 +112,6 @@ def miss_reason(t: capacity.Trial, slo_p99_ms: float, max_error_ratio: float) ->
 def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per side, what limited it in the rate sweep: the bottleneck of the first rate past the SLO
     (where the limiting resource shows), or of the highest rate when every rate held."""
-    from netgain.analysis import build_report
-
     out: list[dict[str, Any]] = []
     for name in ("baseline", "treatment"):
         side = cfg.baseline if name == "baseline" else cfg.treatment
@@ -125,7 +123,6 @@ def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict
         held = [r for r, _ in runs if trials[r].held]
         missed = [(r, d) for r, d in runs if r not in held]
         rate, run_dir = missed[0] if missed else runs[-1]
-        bn = build_report(run_dir, slo_p99_ms=cfg.slo_p99_ms, bootstrap=0)["bottleneck"]
         out.append(
             {
                 "side": name,
@@ -135,8 +132,7 @@ def limits_of(cfg: CompareConfig, sides: dict[str, dict[str, Any]]) -> list[dict
                 "held_every_rate": not missed,
                 "held_rates": held,
                 "why": miss_reason(trials[rate], cfg.slo_p99_ms, cfg.max_error_ratio) if missed else "",
-                "kinds": [{"kind": k["kind"], "action": k["action"]} for k in bn.get("kinds", [])]
-                or [{"kind": bn["kind"], "action": bn["action"]}],
+                "kinds": [{"kind": k, "action": a} for k, a in trials[rate].levers],
             }
         )
     return out

@@ -146,6 +146,8 @@ def trial(rep: Report | None, rate: float, slo_p99_ms: float, max_error_ratio: f
     p99 = float("nan") if lat["p99"] is None else float(lat["p99"])
     valid = bool(rep["valid"])
     held = valid and p99 <= slo_p99_ms and ratio <= max_error_ratio
+    bn = rep["bottleneck"]
+    levers = [(str(k["kind"]), str(k["action"])) for k in bn.get("kinds", [])]
     return Trial(
         rate,
         float(rep["throughput_rps"]),
@@ -154,8 +156,9 @@ def trial(rep: Report | None, rate: float, slo_p99_ms: float, max_error_ratio: f
         n_err,
         ratio,
         valid,
-        str(rep["bottleneck"]["kind"]),
+        str(bn["kind"]),
         held,
+        tuple(levers) or ((str(bn["kind"]), str(bn["action"])),),
     )
 
 
