@@ -9,18 +9,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from compare_helpers import cpu_vs_cpu
 
 from netgain.experiments import cpu_vs_gpu
-from netgain.experiments.cpu_vs_gpu import CompareConfig, Side
+from netgain.experiments.cpu_vs_gpu import CompareConfig
 from netgain.experiments.progress import Progress
 
 
 def _cfg(tmp_path: Path) -> CompareConfig:
-    return CompareConfig(
-        model="null", traffic=["--rate", "20"], duration_s=1.5, warmup_s=0.5, batch_sizes=[1],
-        items=[1], rates=[], sweep_duration_s=1.5, slo_p99_ms=500.0, workers=1, out=str(tmp_path),
-        baseline=Side("baseline", "cpu", 1.0), treatment=Side("treatment", "cpu", 2.0),
-    )  # fmt: skip
+    return cpu_vs_cpu(
+        tmp_path,
+        traffic=["--rate", "20"],
+        duration_s=1.5,
+        warmup_s=0.5,
+        sweep_duration_s=1.5,
+        slo_p99_ms=500.0,
+    )
 
 
 @pytest.mark.slow

@@ -7,19 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from compare_helpers import cpu_vs_cpu
 
 from netgain.experiments import compare_price
 from netgain.experiments.capacity import Trial
 from netgain.experiments.compare_price import limit_lines, limits_of
-from netgain.experiments.cpu_vs_gpu import CompareConfig, Side
-
-
-def _cfg(tmp_path: Path) -> CompareConfig:
-    return CompareConfig(
-        model="null", traffic=["--rate", "50"], duration_s=5, warmup_s=1, batch_sizes=[1], items=[1],
-        rates=[], sweep_duration_s=5, slo_p99_ms=100.0, workers=1, out=str(tmp_path),
-        baseline=Side("baseline", "cpu", 1.0), treatment=Side("treatment", "cpu", 2.0),
-    )  # fmt: skip
+from netgain.experiments.cpu_vs_gpu import CompareConfig
 
 
 def test_a_step_that_shed_requests_within_the_slo_is_the_first_miss(
@@ -38,7 +31,7 @@ def test_a_step_that_shed_requests_within_the_slo_is_the_first_miss(
     monkeypatch.setattr(compare_price, "step_trial", trial)
     monkeypatch.setattr(compare_price, "_done", lambda run_dir: True)
     side = {"sweep": [str(tmp_path / f"r{r:g}") for r in figures], "sweep_rates": list(figures)}
-    limits = limits_of(_cfg(tmp_path), {"baseline": side, "treatment": side})
+    limits = limits_of(cpu_vs_cpu(tmp_path), {"baseline": side, "treatment": side})
     for lim in limits:
         assert lim["held_rates"] == [400.0] and not lim["held_every_rate"]
         assert lim["rate"] == 800.0 and lim["kinds"][0]["kind"] == "queue-full"

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from analysis_fixtures import make_run
+from compare_helpers import cpu_vs_cpu
 
 from netgain.experiments import cpu_vs_gpu
-from netgain.experiments.cpu_vs_gpu import CompareConfig, Side
 from netgain.experiments.steps import LoadCrashed, run_step
 
 
@@ -43,11 +43,7 @@ def test_a_second_crash_stops_with_its_error(tmp_path: Path) -> None:
 def test_a_load_killed_by_a_signal_is_a_crash_and_a_bad_exit_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cfg = CompareConfig(
-        model="null", traffic=["--rate", "50"], duration_s=5, warmup_s=1, batch_sizes=[1], items=[1],
-        rates=[], sweep_duration_s=5, slo_p99_ms=100.0, workers=1, out=str(tmp_path),
-        baseline=Side("baseline", "cpu", 1.0), treatment=Side("treatment", "cpu", 2.0),
-    )  # fmt: skip
+    cfg = cpu_vs_cpu(tmp_path)
     for rc, error in ((-6, LoadCrashed), (2, cpu_vs_gpu.NetgainError)):
         monkeypatch.setattr(cpu_vs_gpu, "run_load", lambda args, quiet, cpus, rc=rc: rc)
         with pytest.raises(error) as caught:
