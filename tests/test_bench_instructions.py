@@ -80,11 +80,12 @@ def test_child_roles_reads_the_name_a_child_gives_its_main_thread() -> None:
 
 def test_cpu_seconds_counts_this_process_and_grows_with_work() -> None:
     before = bi.cpu_seconds([os.getpid()])
-    deadline = bi.time.process_time() + 0.05
-    while bi.time.process_time() < deadline:  # 50 ms of CPU, not of wall clock
+    deadline = bi.time.process_time() + 0.2
+    while bi.time.process_time() < deadline:  # 20 clock ticks of CPU, not of wall clock: /proc counts ticks
         pass
     after = bi.cpu_seconds([os.getpid()])
-    assert 0 < before[0] <= before[1] and after[0] > before[0] and after[1] >= after[0]
+    assert 0 < before[0] <= before[1] and after[0] >= before[0] and after[1] >= after[0]
+    assert after[1] - before[1] >= 0.1  # the loop's CPU, however the kernel split it into user and system
 
 
 def test_report_rate_converts_at_the_median_trials_rates() -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from netgain.experiments.capacity import Trial, expected_runs, from_trials, search
+from netgain.experiments.capacity import P99_SAMPLES, Trial, expected_runs, from_trials, search, step_seconds
 
 
 def side(capacity: float, seen: list[float] | None = None, thr: float = 0.97):
@@ -117,3 +120,60 @@ def test_expected_runs_bound_the_real_count() -> None:
     assert typical <= most
     res = search(side(300.0), 50, floor=1, ceiling=10_000, precision=0.1)
     assert res.capacity is not None and res.capacity.runs <= most
+
+
+def test_a_low_rate_step_runs_long_enough_to_bound_its_p99_up_to_twice_the_step() -> None:
+    assert P99_SAMPLES == 299  # the report's enough_samples: the fewest that bound p99 at 95 %
+    assert step_seconds(15.0, 100.0) == 15.0  # 1,500 requests: the step as set
+    assert step_seconds(15.0, 13.0) == pytest.approx(299 / 13.0)  # 23 s gives 299 requests
+    assert step_seconds(3.0, 10.0) == 6.0  # 30 s would give 299: at most twice the step
+    assert step_seconds(3.0, 0.0) == 3.0
+
+
+def test_a_compare_step_at_a_low_rate_asks_the_load_generator_for_the_longer_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from compare_helpers import cpu_vs_cpu
+
+    from netgain.experiments import cpu_vs_gpu
+
+    asked: dict[float, float] = {}
+
+    def load(cfg: Any, side: Any, target: str, run_dir: str, **kw: Any) -> None:
+        rate = float(kw["traffic"][kw["traffic"].index("--rate") + 1])
+        asked[rate] = kw["duration_s"]
+
+    monkeypatch.setattr(cpu_vs_gpu, "_load", load)
+    cfg = cpu_vs_cpu(tmp_path, sweep_duration_s=5.0)
+    for rate in (400.0, 40.0, 20.0):
+        cpu_vs_gpu._sweep_load(cfg, cfg.baseline, "127.0.0.1:1", str(tmp_path / f"r{rate:g}"), rate)
+    assert asked == {400.0: 5.0, 40.0: pytest.approx(299 / 40.0), 20.0: 10.0}
+
+
+def test_a_step_judged_on_too_few_requests_says_so_in_its_progress_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from compare_helpers import cpu_vs_cpu
+
+    from netgain.experiments import cpu_vs_gpu
+    from netgain.experiments.progress import Progress
+
+    def step(
+        run_dir: str, rate: float, slo: float, bound: float, measure: Any, say: Any
+    ) -> tuple[Trial, bool]:
+        held = rate <= 40
+        # 9 requests measured at 20 req/s (a bursty trace's window), plenty from 40 req/s up
+        n = 9 if rate < 40 else int(rate * 10)
+        return Trial(rate, rate, 5.0, 50.0 if held else 500.0, 0, 0.0, True, "", held, samples=n), False
+
+    monkeypatch.setattr(cpu_vs_gpu, "run_step", step)
+    cfg = cpu_vs_cpu(tmp_path, min_rps=10.0, max_rps=80.0, precision=0.5)
+    cpu_vs_gpu.search_side(
+        cfg, cfg.baseline, {"root": str(tmp_path), "best_batch": 1}, Progress(8), start=20.0
+    )
+    lines = capsys.readouterr().err.splitlines()
+    assert any(
+        "at 20 req/s: 20 done/s, p99 50.00 ms, held on 9 requests (p99 is bounded from 299)" in s
+        for s in lines
+    )
+    assert any("at 40 req/s: 40 done/s, p99 50.00 ms, held" in s and s.endswith("held") for s in lines)

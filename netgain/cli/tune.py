@@ -63,7 +63,14 @@ def add_parser(sub: Any) -> None:
         default=None,
         help="at most this many runs between the last hold and the first miss (default: until --precision)",
     )
-    flag(t, "--duration", type=float, default=10.0, help="measured seconds per run")
+    flag(
+        t,
+        "--duration",
+        type=float,
+        default=10.0,
+        help="measured seconds per run (a low rate's run is longer, up to twice this, to send the 299 "
+        "requests that bound a p99)",
+    )
     flag(t, "--warmup-s", type=float, default=2.0, help="warm-up seconds per run")
     flag(
         t,

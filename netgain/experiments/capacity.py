@@ -33,6 +33,7 @@ class Trial:
     held: bool
     # the report's (kind, action) pairs, so a caller naming the limit need not build it again
     levers: tuple[tuple[str, str], ...] = ()
+    samples: int = 0  # successful requests in the measured window: p99's sample
 
 
 @dataclass
@@ -61,6 +62,20 @@ class Capacity:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "known": self.known}
+
+
+# The fewest measured requests whose p99 can be bounded at 95 % confidence (the report's
+# enough_samples rule: ceil(log 0.05 / log 0.99)); a step shorter than that rests on its maximum.
+P99_SAMPLES = math.ceil(math.log(0.05) / math.log(0.99))
+MAX_STEP_STRETCH = 2.0  # a low-rate step runs at most this many times the set step length
+
+
+def step_seconds(step_s: float, rate: float) -> float:
+    """A step's measured seconds at ``rate``: long enough for P99_SAMPLES requests, at most
+    MAX_STEP_STRETCH x ``step_s`` (a side that holds only low rates must not stall the search)."""
+    if rate <= 0:
+        return step_s
+    return min(max(step_s, P99_SAMPLES / rate), MAX_STEP_STRETCH * step_s)
 
 
 @dataclass

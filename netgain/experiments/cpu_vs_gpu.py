@@ -268,7 +268,7 @@ def _sweep_load(cfg: CompareConfig, side: Side, target: str, run_dir: str, rate:
         warmup_s=min(cfg.warmup_s, 2.0),
         extra=[],
         traffic=_with_rate(cfg.traffic, rate),
-        duration_s=cfg.sweep_duration_s,
+        duration_s=capacity.step_seconds(cfg.sweep_duration_s, rate),
     )
 
 
@@ -328,6 +328,8 @@ def search_side(
             )
             dirs.append((rate, run_dir))
             word = "held" if t.held else "missed"
+            if t.samples < capacity.P99_SAMPLES:  # a p99 of fewer is near their maximum: say so
+                word += f" on {t.samples} requests (p99 is bounded from {capacity.P99_SAMPLES})"
             progress.step(
                 f"{head} at {rate:.4g} req/s: {t.throughput:.4g} done/s, p99 {t.p99:.2f} ms, {word}"
                 + (" (reused)" if reused else "")

@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from netgain.contract.report import TUNE_SCHEMA, BestConfig, Report, TunedConfig, TuneResult, read_report
 from netgain.errors import NetgainError
-from netgain.experiments.capacity import Capacity, Trial
+from netgain.experiments.capacity import Capacity, Trial, step_seconds
 from netgain.experiments.capacity import search as capacity_search
 from netgain.experiments.orchestrate import Placement, pinned
 
@@ -159,6 +159,7 @@ def trial(rep: Report | None, rate: float, slo_p99_ms: float, max_error_ratio: f
         str(bn["kind"]),
         held,
         tuple(levers) or ((str(bn["kind"]), str(bn["action"])),),
+        int((rep.get("enough_samples") or {}).get("p99", {}).get("n", 0)),
     )
 
 
@@ -169,7 +170,7 @@ def measure(target: str, cfg: TuneConfig, rate: float, out: str) -> Trial:
         out,
         model=cfg.model,
         rate=rate,
-        duration_s=cfg.duration_s,
+        duration_s=step_seconds(cfg.duration_s, rate),
         warmup_s=cfg.warmup_s,
         load_workers=cfg.load_workers,
         connections=cfg.connections,
