@@ -160,6 +160,18 @@ def test_ring_pickles_other_values_and_refuses_what_does_not_fit() -> None:
         ring.put(0, b"x" * 5000)
 
 
+def test_ring_holds_a_request_item_as_its_wire_bytes() -> None:
+    from netgain.protos import inference_pb2 as pb
+
+    ring = Ring(2, 4096)
+    item = pb.Input(data=bytes(range(256)) * 4)
+    ring.put(1, item)
+    assert ring.get(1) == item and type(ring.get(1)) is pb.Input
+    assert ring.get(1).data == item.data
+    with pytest.raises(SlotTooSmall):  # its wire bytes too must fit
+        ring.put(0, pb.Input(data=b"x" * 5000))
+
+
 def test_ring_is_shared_with_a_forked_process() -> None:
     """The supervisor maps the rings before it forks: a child's write is the parent's read, and a
     tensor read is a view of that memory."""

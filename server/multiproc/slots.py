@@ -22,7 +22,7 @@ import numpy as np
 # Item layout in a slot: kind, dtype, ndim, pad, nbytes, then up to 8 dims.
 _ITEM = struct.Struct("<BBBxxxxxQ8q")
 ITEM_HEADER = _ITEM.size
-TENSOR, PICKLE = 1, 2
+TENSOR, PICKLE, INPUT = 1, 2, 3  # INPUT: a request item (pb.Input) as its wire bytes, no pickle around it
 MAX_DIMS = 8
 
 # any frontend -> every frontend (one shared pipe): origin frontend, items, first slot, seq,
@@ -121,10 +121,18 @@ class Ring:
         return self.view[start : start + nbytes]
 
     def put(self, slot: int, value: Any) -> None:
-        """Write a tensor (raw bytes) or any other value (pickled) into ``slot``."""
+        """Write a tensor (raw bytes), a request item (its wire bytes) or any other value (pickled)
+        into ``slot``."""
         import torch
 
+        from netgain.protos import inference_pb2 as pb
+
         base = slot * self.slot_bytes
+        if type(value) is pb.Input:  # every raw item a frontend hands over: a third of pickle's cost
+            data = value.SerializeToString()
+            self._span(slot, len(data))[:] = np.frombuffer(data, dtype=np.uint8)
+            _ITEM.pack_into(self.mm, base, INPUT, 0, 0, len(data), *([0] * MAX_DIMS))
+            return
         if isinstance(value, torch.Tensor) and value.dim() <= MAX_DIMS:
             code = _dtypes().index(value.dtype)
             t = value.detach().contiguous()
@@ -151,6 +159,10 @@ class Ring:
         base = slot * self.slot_bytes
         kind, code, ndim, nbytes, *dims = _ITEM.unpack_from(self.mm, base)
         raw = self._span(slot, nbytes)
+        if kind == INPUT:
+            from netgain.protos import inference_pb2 as pb
+
+            return pb.Input.FromString(raw.tobytes())
         if kind == PICKLE:
             return pickle.loads(raw.tobytes())
         dtype = _dtypes()[code]
