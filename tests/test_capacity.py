@@ -7,7 +7,15 @@ from typing import Any
 
 import pytest
 
-from netgain.experiments.capacity import P99_SAMPLES, Trial, expected_runs, from_trials, search, step_seconds
+from netgain.experiments.capacity import (
+    P99_SAMPLES,
+    STEP_REQUESTS,
+    Trial,
+    expected_runs,
+    from_trials,
+    search,
+    step_seconds,
+)
 
 
 def side(capacity: float, seen: list[float] | None = None, thr: float = 0.97):
@@ -124,10 +132,12 @@ def test_expected_runs_bound_the_real_count() -> None:
 
 def test_a_low_rate_step_runs_long_enough_to_bound_its_p99_up_to_twice_the_step() -> None:
     assert P99_SAMPLES == 299  # the report's enough_samples: the fewest that bound p99 at 95 %
+    assert STEP_REQUESTS == 299 + 3 * 18  # three standard deviations of Poisson(299) above it
     assert step_seconds(15.0, 100.0) == 15.0  # 1,500 requests: the step as set
-    assert step_seconds(15.0, 13.0) == pytest.approx(299 / 13.0)  # 23 s gives 299 requests
-    assert step_seconds(3.0, 10.0) == 6.0  # 30 s would give 299: at most twice the step
-    assert step_seconds(3.0, 0.0) == 3.0
+    assert step_seconds(15.0, 20.0) == pytest.approx(353 / 20.0)  # 17.65 s sends 353 on average
+    assert step_seconds(3.0, 10.0) == 6.0  # 35 s would: at most twice the step
+    assert step_seconds(3.0, 0.0) == step_seconds(3.0, float("nan")) == 3.0
+    assert step_seconds(0.0, 10.0) == 0.0
 
 
 def test_a_compare_step_at_a_low_rate_asks_the_load_generator_for_the_longer_window(
@@ -147,7 +157,7 @@ def test_a_compare_step_at_a_low_rate_asks_the_load_generator_for_the_longer_win
     cfg = cpu_vs_cpu(tmp_path, sweep_duration_s=5.0)
     for rate in (400.0, 40.0, 20.0):
         cpu_vs_gpu._sweep_load(cfg, cfg.baseline, "127.0.0.1:1", str(tmp_path / f"r{rate:g}"), rate)
-    assert asked == {400.0: 5.0, 40.0: pytest.approx(299 / 40.0), 20.0: 10.0}
+    assert asked == {400.0: 5.0, 40.0: pytest.approx(353 / 40.0), 20.0: 10.0}
 
 
 def test_a_step_judged_on_too_few_requests_says_so_in_its_progress_line(
@@ -173,7 +183,7 @@ def test_a_step_judged_on_too_few_requests_says_so_in_its_progress_line(
     )
     lines = capsys.readouterr().err.splitlines()
     assert any(
-        "at 20 req/s: 20 done/s, p99 50.00 ms, held on 9 requests (p99 is bounded from 299)" in s
+        "at 20 req/s: 20 done/s, p99 50.00 ms, held on 9 successful requests (a p99 needs 299)" in s
         for s in lines
     )
     assert any("at 40 req/s: 40 done/s, p99 50.00 ms, held" in s and s.endswith("held") for s in lines)

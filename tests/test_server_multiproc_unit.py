@@ -21,7 +21,10 @@ from netgain.server.multiproc.device_proc import DevicePipes, DeviceProcess, ato
 from netgain.server.multiproc.frontend import Handoff
 from netgain.server.multiproc.metrics_merge import MergedCollector, merge
 from netgain.server.multiproc.slots import (
+    _ITEM,
     HANDED,
+    INPUT,
+    ITEM_HEADER,
     MAX_ITEMS_PER_RECORD,
     MAX_MESSAGE,
     NEXT,
@@ -167,7 +170,10 @@ def test_ring_holds_a_request_item_as_its_wire_bytes() -> None:
     item = pb.Input(data=bytes(range(256)) * 4)
     ring.put(1, item)
     assert ring.get(1) == item and type(ring.get(1)) is pb.Input
-    assert ring.get(1).data == item.data
+    kind, _, _, nbytes, *_ = _ITEM.unpack_from(ring.mm, 4096)
+    assert kind == INPUT and bytes(ring.view[4096 + ITEM_HEADER : 4096 + ITEM_HEADER + nbytes]) == (
+        item.SerializeToString()
+    )  # its wire bytes, not a pickle
     with pytest.raises(SlotTooSmall):  # its wire bytes too must fit
         ring.put(0, pb.Input(data=b"x" * 5000))
 

@@ -99,6 +99,7 @@ def test_a_trial_keeps_every_lever_its_report_named() -> None:
         return {
             "latency_ms": {"p50": 10.0, "p99": 150.0}, "errors": {}, "error_rate": 0.0,
             "valid": True, "throughput_rps": 99.0, "bottleneck": bottleneck,
+            "enough_samples": {"p99": {"n": 42}},
         }  # fmt: skip
 
     two = {
@@ -110,6 +111,7 @@ def test_a_trial_keeps_every_lever_its_report_named() -> None:
     t = judged(rep(two), 100.0, 100.0, 1e-3)
     assert not t.held and t.bottleneck == "cpu-bound"
     assert t.levers == (("cpu-bound", "add cores"), ("queue-full", "more queue"))
+    assert t.samples == 42  # the successful requests its p99 rests on
     # A report naming one kind only still gives its action.
     assert judged(rep({"kind": "gpu-bound", "action": "a bigger GPU"}), 100.0, 100.0, 1e-3).levers == (
         ("gpu-bound", "a bigger GPU"),

@@ -121,8 +121,8 @@ def add_parser(sub: Any) -> None:
         "--sweep-duration",
         type=float,
         default=None,
-        help="seconds per search (or sweep) run; a low rate's run is longer, up to twice this, to send the "
-        "299 requests that bound a p99 (default: half of --duration, at least 5)",
+        help="seconds per search (or sweep) run; a low rate's run is longer, up to twice this, to send "
+        "enough requests to bound its p99 (default: half of --duration, at least 5)",
     )
     flag(c, "--cpu-price-per-hour", type=float, default=None, help="baseline host price (required)")
     flag(c, "--gpu-price-per-hour", type=float, default=None, help="treatment host price (required)")
@@ -214,7 +214,7 @@ def add_parser(sub: Any) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    from netgain.experiments.capacity import MAX_STEP_STRETCH, expected_runs
+    from netgain.experiments.capacity import MAX_STEP_STRETCH, expected_runs, step_seconds
     from netgain.experiments.cpu_vs_gpu import CompareConfig, Side, run_side, summarize
     from netgain.experiments.orchestrate import choose_placement
     from netgain.experiments.progress import Progress
@@ -297,7 +297,8 @@ def run_compare(args: argparse.Namespace) -> int:
     per_run = cfg.duration_s + cfg.warmup_s + RUN_OVERHEAD_S
     per_step = cfg.sweep_duration_s + min(cfg.warmup_s, 2.0) + RUN_OVERHEAD_S
     longest_step = per_step + (MAX_STEP_STRETCH - 1) * cfg.sweep_duration_s  # a low rate's longer step
-    est = 2 * (runs * per_run + steps * per_step)
+    swept = sum(step_seconds(cfg.sweep_duration_s, r) - cfg.sweep_duration_s + per_step for r in rates)
+    est = 2 * (runs * per_run + (swept if rates else steps * per_step))
     how = (
         f"a sweep of {len(rates)} rates"
         if rates

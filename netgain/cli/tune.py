@@ -68,8 +68,8 @@ def add_parser(sub: Any) -> None:
         "--duration",
         type=float,
         default=10.0,
-        help="measured seconds per run (a low rate's run is longer, up to twice this, to send the 299 "
-        "requests that bound a p99)",
+        help="measured seconds per run (a low rate's run is longer, up to twice this, to send enough "
+        "requests to bound its p99)",
     )
     flag(t, "--warmup-s", type=float, default=2.0, help="warm-up seconds per run")
     flag(

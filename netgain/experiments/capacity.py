@@ -64,18 +64,19 @@ class Capacity:
         return {**asdict(self), "known": self.known}
 
 
-# The fewest measured requests whose p99 can be bounded at 95 % confidence (the report's
-# enough_samples rule: ceil(log 0.05 / log 0.99)); a step shorter than that rests on its maximum.
+# The fewest successful requests that bound a p99 at 95 % confidence (the reports' enough_samples).
 P99_SAMPLES = math.ceil(math.log(0.05) / math.log(0.99))
+# Poisson arrivals send fewer than their mean half the time: aim three standard deviations above.
+STEP_REQUESTS = P99_SAMPLES + 3 * math.ceil(math.sqrt(P99_SAMPLES))
 MAX_STEP_STRETCH = 2.0  # a low-rate step runs at most this many times the set step length
 
 
 def step_seconds(step_s: float, rate: float) -> float:
-    """A step's measured seconds at ``rate``: long enough for P99_SAMPLES requests, at most
+    """A step's measured seconds at ``rate``: long enough to send STEP_REQUESTS, at most
     MAX_STEP_STRETCH x ``step_s`` (a side that holds only low rates must not stall the search)."""
-    if rate <= 0:
+    if not rate > 0 or not step_s > 0:
         return step_s
-    return min(max(step_s, P99_SAMPLES / rate), MAX_STEP_STRETCH * step_s)
+    return min(max(step_s, STEP_REQUESTS / rate), MAX_STEP_STRETCH * step_s)
 
 
 @dataclass

@@ -128,7 +128,7 @@ class Ring:
         from netgain.protos import inference_pb2 as pb
 
         base = slot * self.slot_bytes
-        if type(value) is pb.Input:  # every raw item a frontend hands over: a third of pickle's cost
+        if type(value) is pb.Input:  # every raw item a frontend hands over: about half of pickle's cost
             data = value.SerializeToString()
             self._span(slot, len(data))[:] = np.frombuffer(data, dtype=np.uint8)
             _ITEM.pack_into(self.mm, base, INPUT, 0, 0, len(data), *([0] * MAX_DIMS))
