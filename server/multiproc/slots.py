@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from netgain.protos import inference_pb2 as pb
+
 # Item layout in a slot: kind, dtype, ndim, pad, nbytes, then up to 8 dims.
 _ITEM = struct.Struct("<BBBxxxxxQ8q")
 ITEM_HEADER = _ITEM.size
@@ -125,14 +127,10 @@ class Ring:
         into ``slot``."""
         import torch
 
-        from netgain.protos import inference_pb2 as pb
-
-        base = slot * self.slot_bytes
         if type(value) is pb.Input:  # every raw item a frontend hands over: about half of pickle's cost
-            data = value.SerializeToString()
-            self._span(slot, len(data))[:] = np.frombuffer(data, dtype=np.uint8)
-            _ITEM.pack_into(self.mm, base, INPUT, 0, 0, len(data), *([0] * MAX_DIMS))
+            self._put_bytes(slot, INPUT, value.SerializeToString())
             return
+        base = slot * self.slot_bytes
         if isinstance(value, torch.Tensor) and value.dim() <= MAX_DIMS:
             code = _dtypes().index(value.dtype)
             t = value.detach().contiguous()
@@ -148,9 +146,11 @@ class Ring:
                     torch.from_numpy(dst).copy_(t.reshape(-1).view(torch.uint8))
             _ITEM.pack_into(self.mm, base, TENSOR, code, t.dim(), nbytes, *dims)
             return
-        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        self._put_bytes(slot, PICKLE, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def _put_bytes(self, slot: int, kind: int, data: bytes) -> None:
         self._span(slot, len(data))[:] = np.frombuffer(data, dtype=np.uint8)
-        _ITEM.pack_into(self.mm, base, PICKLE, 0, 0, len(data), *([0] * MAX_DIMS))
+        _ITEM.pack_into(self.mm, slot * self.slot_bytes, kind, 0, 0, len(data), *([0] * MAX_DIMS))
 
     def get(self, slot: int) -> Any:
         """The value in ``slot``; a tensor is a view of the shared memory (valid until reused)."""
@@ -160,8 +160,6 @@ class Ring:
         kind, code, ndim, nbytes, *dims = _ITEM.unpack_from(self.mm, base)
         raw = self._span(slot, nbytes)
         if kind == INPUT:
-            from netgain.protos import inference_pb2 as pb
-
             return pb.Input.FromString(raw.tobytes())
         if kind == PICKLE:
             return pickle.loads(raw.tobytes())
