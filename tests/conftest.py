@@ -127,6 +127,14 @@ def read_meta(run_dir: Path) -> dict[str, Any]:
     return dict(json.loads((run_dir / "meta.json").read_text()))
 
 
+def read_span_log(path: Path) -> list[dict[str, Any]]:
+    """The span log's complete lines: one a server is still appending has no newline yet."""
+    if not path.exists():
+        return []
+    text = path.read_text()
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line.strip()]
+
+
 class ServerHandle:
     """A running ``python -m netgain.server`` process and how to reach it."""
 
@@ -212,7 +220,7 @@ class ServerHandle:
     def span_lines(self) -> list[dict[str, Any]]:
         if self.span_log is None or not self.span_log.exists():
             return []
-        return [json.loads(line) for line in self.span_log.read_text().splitlines() if line.strip()]
+        return read_span_log(self.span_log)
 
     def output(self) -> str:
         out = (self.workdir / "stdout.txt").read_text(errors="replace")

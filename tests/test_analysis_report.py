@@ -198,6 +198,16 @@ def test_span_log_join_counts_unmatched(tmp_path: Path) -> None:
     assert any("span log join" in w for w in r["warnings"])
 
 
+def test_span_log_of_a_running_server_loses_only_its_unfinished_line(tmp_path: Path) -> None:
+    run = make_run(tmp_path / "s", rate=100.0, duration_s=3.0, warmup_s=1.0)
+    log = span_log(tmp_path / "spans.jsonl", run)
+    whole = log.read_bytes()
+    log.write_bytes(whole + b'{"id":"span-9","code":"OK","ba')  # a line the server is still writing
+    assert build_report(run, span_log=log, bootstrap=0)["join"]["spans"] == 300
+    log.write_bytes(whole.rstrip(b"\n"))  # a finished last line without its newline still counts
+    assert build_report(run, span_log=log, bootstrap=0)["join"]["spans"] == 300
+
+
 def test_write_outputs(inflated: Path, tmp_path: Path) -> None:
     r = build_report(inflated, bootstrap=10)
     paths = write_outputs(r, tmp_path)

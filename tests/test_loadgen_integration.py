@@ -15,7 +15,7 @@ import numpy as np
 import psutil
 import pyarrow.parquet as pq
 import pytest
-from conftest import netgain_cmd, server_env
+from conftest import netgain_cmd, read_span_log, server_env
 from conftest import read_meta as meta
 from conftest import read_rows as rows
 from conftest import run_netgain as netgain
@@ -289,7 +289,7 @@ def test_connections_spread_load_over_frontend_processes(tmp_path: Path) -> None
         server.wait_ready()
         served: list[Any] = []
         for conns in ("1", "16"):
-            seen = len(spans.read_text().splitlines()) if spans.exists() else 0
+            seen = len(read_span_log(spans))
             out = tmp_path / f"c{conns}"
             res = netgain(
                 "load", "--target", server.target, "--rate", "100", "--duration", "1",
@@ -300,9 +300,9 @@ def test_connections_spread_load_over_frontend_processes(tmp_path: Path) -> None
             assert (rows(out)["status"] == "OK").all()
             deadline = time.monotonic() + 10  # the span log is written every 50 ms
             n = meta(out)["trace"]["requests"]
-            while len(spans.read_text().splitlines()) - seen < n and time.monotonic() < deadline:
+            while len(read_span_log(spans)) - seen < n and time.monotonic() < deadline:
                 time.sleep(0.05)
-            lines = [json.loads(x) for x in spans.read_text().splitlines()[seen:]]
+            lines = read_span_log(spans)[seen:]
             served.append((len({x["pid"] for x in lines}), len(lines), n))
     (one_pids, one_lines, n1), (many_pids, many_lines, n16) = served
     assert one_pids == 1 and one_lines == n1  # one connection: one frontend took everything

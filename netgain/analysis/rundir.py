@@ -6,6 +6,7 @@ column plus the numpy arrays we keep: 10 million rows stay well under the 4 GB b
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,21 +185,35 @@ def load_samples(run_dir: str | Path) -> SampleArrays | None:
 SPAN_FIELDS = dict(zip(PHASE_COLUMNS, PHASES, strict=True))
 
 
+def _read_span_lines(path: Path) -> pa.Table:
+    """The span log's lines, less an unfinished last one: a running server may be appending it now."""
+    import pyarrow.json as pj
+
+    with path.open("rb") as f:
+        data = f.read()
+    cut = data.rfind(b"\n") + 1
+    try:
+        json.loads(data[cut:] or b"{}")
+    except ValueError:
+        data = data[:cut]
+    if not data.strip():
+        return pa.table({"id": pa.array([], pa.string())})
+    return pj.read_json(pa.BufferReader(data))
+
+
 def join_span_log(req: Requests, span_log: str | Path) -> dict[str, Any]:
     """Fill missing server phases from the span log, matched by request id; count every unmatched row.
 
     Trailer values win where both exist (they came with the very response the client timed);
     the span log fills rows whose trailer was lost (deadline exceeded, transport errors).
     """
-    import pyarrow.json as pj
-
     path = Path(span_log)
     if not path.exists():
         raise AnalysisError(f"span log {str(path)!r} does not exist: pass the server's --span-log file")
     if req.request_id is None:
         raise AnalysisError("requests.parquet has no request_id column, so the span log cannot be joined")
     try:
-        spans = pj.read_json(path) if path.stat().st_size else pa.table({"id": pa.array([], pa.string())})
+        spans = _read_span_lines(path)
     except pa.ArrowException as exc:
         raise AnalysisError(
             f"span log {str(path)!r} is not JSON lines ({exc}): pass the server's span log"
