@@ -14,6 +14,7 @@ from netgain.experiments.capacity import (
     expected_runs,
     from_trials,
     search,
+    start_from,
     step_seconds,
 )
 
@@ -179,7 +180,11 @@ def test_a_step_judged_on_too_few_requests_says_so_in_its_progress_line(
     monkeypatch.setattr(cpu_vs_gpu, "run_step", step)
     cfg = cpu_vs_cpu(tmp_path, min_rps=10.0, max_rps=80.0, precision=0.5)
     cpu_vs_gpu.search_side(
-        cfg, cfg.baseline, {"root": str(tmp_path), "best_batch": 1}, Progress(8), start=20.0
+        cfg,
+        cfg.baseline,
+        {"root": str(tmp_path), "best_batch": 1, "batches": {1: {"warm": ""}}},
+        Progress(8),
+        start=20.0,
     )
     lines = capsys.readouterr().err.splitlines()
     assert any(
@@ -187,3 +192,61 @@ def test_a_step_judged_on_too_few_requests_says_so_in_its_progress_line(
         for s in lines
     )
     assert any("at 40 req/s: 40 done/s, p99 50.00 ms, held" in s and s.endswith("held") for s in lines)
+
+
+def test_a_search_starts_at_half_the_rate_its_nearest_resource_allows() -> None:
+    assert start_from(50.0, 0.05) == 500.0  # 50 req/s at 5 % of saturation: it would reach it at 1,000
+    assert start_from(50.0, 0.9) == 50.0  # never below the rate that held
+    assert start_from(50.0, 0.001) == 1600.0  # at most 32 times the rate it extrapolates from
+    assert start_from(50.0, None) is None and start_from(50.0, 0.0) is None and start_from(0.0, 0.5) is None
+
+
+def test_first_rate_reads_a_warm_run_that_held_and_not_one_that_missed(tmp_path: Path) -> None:
+    from analysis_fixtures import make_run
+
+    from netgain.experiments.steps import first_rate
+
+    gpu = {"netgain_gpu_utilization_ratio": 0.085, "netgain_kernel_busy_ratio": 0.05}
+    held = make_run(tmp_path / "held", rate=100.0, duration_s=4.0, warmup_s=1.0, device="cuda", samples=gpu)
+    got = first_rate(str(held), 100.0, 1e-3)
+    assert got is not None
+    rate, why = got
+    # the device busy 0.085 is 0.1 of its 0.85 threshold: 1,000 req/s there, the search starts at half
+    assert rate == pytest.approx(500.0, rel=0.05)
+    assert "the warm run held" in why and "gpu at 0.10 of saturation" in why
+    missed = make_run(tmp_path / "missed", rate=100.0, duration_s=4.0, warmup_s=1.0, samples=gpu)
+    assert first_rate(str(missed), 1.0, 1e-3) is None  # p99 over a 1 ms SLO: no room to read
+    assert first_rate(str(tmp_path / "none"), 100.0, 1e-3) is None
+
+
+def test_compare_starts_its_search_where_the_warm_run_leaves_room_unless_told_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from compare_helpers import cpu_vs_cpu
+
+    from netgain.experiments import cpu_vs_gpu
+    from netgain.experiments.progress import Progress
+
+    seen: list[float] = []
+
+    def step(
+        run_dir: str, rate: float, slo: float, bound: float, measure: Any, say: Any
+    ) -> tuple[Trial, bool]:
+        return side(600.0, seen)(rate), False
+
+    monkeypatch.setattr(cpu_vs_gpu, "run_step", step)
+    monkeypatch.setattr(cpu_vs_gpu, "first_rate", lambda run_dir, slo, bound: (400.0, "room"))
+    result = {"root": str(tmp_path), "best_batch": 1, "batches": {1: {"warm": str(tmp_path / "w")}}}
+    cfg = cpu_vs_cpu(tmp_path, precision=0.5)
+    cpu_vs_gpu.search_side(cfg, cfg.baseline, dict(result), Progress(8), start=100.0)
+    assert (
+        seen[0] == 400.0
+        and "baseline cpu search batch 1 starts at 400 req/s: room" in capsys.readouterr().err
+    )
+    seen.clear()
+    cpu_vs_gpu.search_side(cfg, cfg.baseline, dict(result), Progress(8), start=800.0)
+    assert seen[0] == 800.0  # a later start given (the baseline's capacity, for the treatment) stands
+    seen.clear()
+    told = cpu_vs_cpu(tmp_path, precision=0.5, start_rps=50.0, start_from_warm=False)  # --start-rps
+    cpu_vs_gpu.search_side(told, told.baseline, dict(result), Progress(8))
+    assert seen[0] == 50.0

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from netgain.contract import rundir as files
 from netgain.errors import NetgainError
-from netgain.experiments.capacity import Trial
+from netgain.experiments.capacity import Trial, start_from
 
 
 class LoadCrashed(NetgainError):
@@ -29,6 +29,30 @@ def judge(run_dir: str, rate: float, slo_p99_ms: float, max_error_ratio: float) 
 
     rep = build_report(run_dir, slo_p99_ms=slo_p99_ms, bootstrap=0) if done(run_dir) else None
     return trial(rep, rate, slo_p99_ms, max_error_ratio)
+
+
+def first_rate(run_dir: str, slo_p99_ms: float, max_error_ratio: float) -> tuple[float, str] | None:
+    """Where a search on the server of a finished run can start, and why: from a run that held, the
+    rate its nearest resource allows (``capacity.start_from``); None when it missed or nothing was
+    measured (the caller's start stands)."""
+    from netgain.analysis import build_report
+    from netgain.analysis.saturation import pressures
+    from netgain.experiments.tune import trial
+
+    if not done(run_dir):
+        return None
+    rep = build_report(run_dir, slo_p99_ms=slo_p99_ms, bootstrap=0)
+    t = trial(rep, float(rep["offered_rps"]), slo_p99_ms, max_error_ratio)
+    on_gpu = str(rep["device"]).startswith("cuda") or bool(rep["gpu"].get("present"))
+    ranked = pressures(rep["gpu"], rep["cpu"], on_gpu)
+    start = start_from(t.throughput, ranked[0].ratio if ranked else None) if t.held else None
+    if start is None:
+        return None
+    top = ranked[0]
+    return (
+        start,
+        f"the warm run held {t.throughput:.4g} req/s with {top.resource} at {top.ratio:.2f} of saturation",
+    )
 
 
 def set_aside(run_dir: str) -> None:
