@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from netgain.analysis.render_text import dominant_words, headline, render_markdown
 from netgain.analysis.tail import TAIL_PHASES
-from netgain.charts import svg
+from netgain.charts import plots, svg
 from netgain.contract.report import Report, RunReport
 
 
@@ -21,7 +21,7 @@ def cdf_plot(r: Report) -> str:
         f"{name} ({s['device']})": [[v, q] for q, v in s["series"]["latency_cdf"]]
         for name, s in _sides(r).items()
     }
-    return svg.line_chart(
+    return plots.line_chart(
         series, "Latency CDF (done - scheduled)", "latency ms (log)", "fraction <= x", logx=True
     )
 
@@ -30,7 +30,7 @@ def phase_plot(s: RunReport, name: str) -> str:
     t = (s["tail"] or {}).get("p99") or {}
     ph = t.get("phases") or {}
     cats = [p for p in TAIL_PHASES if p in ph]
-    return svg.bar_chart(
+    return plots.bar_chart(
         cats,
         {
             "median request": [ph[p]["median_mean_ms"] for p in cats],
@@ -59,7 +59,7 @@ def util_label(key: str) -> str:
 def util_plot(s: RunReport, name: str) -> str:
     util = (s["series"] or {}).get("utilization") or {}
     ratios = {util_label(k): v for k, v in util.items() if not k.startswith("queue_depth")}
-    return svg.line_chart(
+    return plots.line_chart(
         ratios, f"{name}: GPU / CPU utilization", "seconds since run epoch", "ratio (CPU: cores)"
     )
 
@@ -67,13 +67,13 @@ def util_plot(s: RunReport, name: str) -> str:
 def queue_plot(s: RunReport, name: str) -> str:
     util = (s["series"] or {}).get("utilization") or {}
     q = {k: v for k, v in util.items() if k.startswith("queue_depth")}
-    return svg.line_chart(q, f"{name}: queue depth", "seconds since run epoch", "requests")
+    return plots.line_chart(q, f"{name}: queue depth", "seconds since run epoch", "requests")
 
 
 def cost_plot(r: Report) -> str:
     sides = _sides(r)
     cats = list(sides)
-    return svg.bar_chart(
+    return plots.bar_chart(
         cats,
         {
             "steady at SLO": [s["cost_per_1k"] for s in sides.values()],
@@ -91,7 +91,7 @@ def autoscale_plot(s: RunReport, name: str) -> str:
     if not auto:
         return svg.empty(f"{name}: autoscaling replay")
     cap = auto["capacity_rps"]
-    return svg.line_chart(
+    return plots.line_chart(
         {
             "arrivals / capacity": [[i, v / cap] for i, v in enumerate(auto["rate_rps"])],
             "billed replicas": [[i, v] for i, v in enumerate(auto["replicas"])],
@@ -116,7 +116,7 @@ def cold_plot(r: Report) -> str:
             for p in s["cold_start"] or []
             if isinstance(p, dict)
         ]
-    return svg.timeline(rows, "Cold start timeline")
+    return plots.timeline(rows, "Cold start timeline")
 
 
 def sweep_plots(s: RunReport, name: str) -> list[str]:
@@ -126,7 +126,7 @@ def sweep_plots(s: RunReport, name: str) -> list[str]:
     # a point's p99 is null where no request succeeded: the chart takes it as it is
     pts = sorted(cast(list[dict[str, Any]], sweep["points"]), key=lambda p: p["offered_rps"] or 0)
     out = [
-        svg.line_chart(
+        plots.line_chart(
             {"p99": [[p["offered_rps"], p["p99_ms"]] for p in pts]},
             f"{name}: p99 vs offered rate",
             "offered rps",
@@ -136,7 +136,7 @@ def sweep_plots(s: RunReport, name: str) -> list[str]:
     ]
     bpts = sorted([p for p in pts if p.get("batch_size_mean")], key=lambda p: p["batch_size_mean"])
     out.append(
-        svg.line_chart(
+        plots.line_chart(
             {"throughput": [[p["batch_size_mean"], p["throughput_rps"]] for p in bpts]},
             f"{name}: throughput vs mean server batch size",
             "batch size",
