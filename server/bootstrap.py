@@ -336,18 +336,36 @@ async def start_grpc(
     return server, port
 
 
+# After SIGTERM the gRPC server keeps taking calls, refusing them, until none has come for QUIET_S
+# (at most SETTLE_MAX_S after the last answer, within --grace-s); only then does it stop.
+QUIET_S = 0.25
+SETTLE_MAX_S = 2.0
+
+
 async def drain(
     server: grpc.aio.Server, servicer: InferenceServicer, health_servicer: Any, grace_s: float
 ) -> None:
-    """Refuse new requests at once, turn health NOT_SERVING, and stop the gRPC server once the
-    requests in flight are answered (or --grace-s has passed)."""
+    """Refuse new requests at once (UNAVAILABLE, retryable), turn health NOT_SERVING, and stop the
+    gRPC server once the requests in flight are answered and new ones have stopped coming (or
+    --grace-s has passed)."""
     # Refused from here on: the gRPC server itself stops accepting only once server.stop runs,
     # a few loop turns later, and a request slipping in between would be queued and served.
     servicer.stopping = True
     await set_health(health_servicer, False)
+    clock = servicer.clock
+    start = last_busy = clock()
+    quiet_ns, cap_ns, grace_ns = int(QUIET_S * 1e9), int(SETTLE_MAX_S * 1e9), int(grace_s * 1e9)
+    # Why not stop at once: gRPC's stop CANCELs calls it took but had not handed over (grpc/grpc#41785).
+    while (now := clock()) - start < grace_ns:
+        if servicer.in_flight:
+            last_busy = now
+        elif now - max(last_busy, servicer.refused_ns) >= quiet_ns or now - last_busy >= cap_ns:
+            break
+        await asyncio.sleep(0.01)
+    left_s = max(0.0, grace_s - (clock() - start) / 1e9)
     started = time.monotonic()
-    stopping = asyncio.ensure_future(server.stop(grace_s))
-    while servicer.in_flight and time.monotonic() - started < grace_s:
+    stopping = asyncio.ensure_future(server.stop(left_s))
+    while servicer.in_flight and time.monotonic() - started < left_s:
         await asyncio.sleep(0.01)
     await stopping
 

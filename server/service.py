@@ -106,6 +106,7 @@ class InferenceServicer:
         self.clock = clock
         self.ready = False
         self.stopping = False  # set on SIGTERM, before the gRPC server stops accepting
+        self.refused_ns = 0  # arrival of the last request refused while stopping: a drain waits for quiet
         self.in_flight = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._anon = 0
@@ -197,6 +198,7 @@ class InferenceServicer:
             )
             error = (code, bad_id)
         elif self.stopping:
+            self.refused_ns = arrival
             error = (grpc.StatusCode.UNAVAILABLE, "server is shutting down; send to another replica")
         elif not self.ready:
             error = (grpc.StatusCode.UNAVAILABLE, "model is loading or warming up; wait for health SERVING")
