@@ -206,6 +206,11 @@ def test_span_log_of_a_running_server_loses_only_its_unfinished_line(tmp_path: P
     assert build_report(run, span_log=log, bootstrap=0)["join"]["spans"] == 300
     log.write_bytes(whole.rstrip(b"\n"))  # a finished last line without its newline still counts
     assert build_report(run, span_log=log, bootstrap=0)["join"]["spans"] == 300
+    log.write_bytes(b'{"id":"span-0","co')  # the server's first line, half written
+    assert build_report(run, span_log=log, bootstrap=0)["join"]["spans"] == 0
+    log.write_bytes(b"hello")  # not a span log at all: refused, not read as empty
+    with pytest.raises(AnalysisError, match="is not JSON lines"):
+        build_report(run, span_log=log, bootstrap=0)
 
 
 def test_write_outputs(inflated: Path, tmp_path: Path) -> None:

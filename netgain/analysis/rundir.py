@@ -185,20 +185,42 @@ def load_samples(run_dir: str | Path) -> SampleArrays | None:
 SPAN_FIELDS = dict(zip(PHASE_COLUMNS, PHASES, strict=True))
 
 
+def _unfinished_tail(path: Path) -> int:
+    """The bytes after the span log's last newline when they are a line a server has begun to write
+    (``{`` but not yet JSON), else 0: a running server may be appending it right now."""
+    size = path.stat().st_size
+    tail = b""
+    with path.open("rb") as f:
+        while len(tail) < size:
+            step = min(size - len(tail), max(4096, len(tail)))
+            f.seek(size - len(tail) - step)
+            tail = f.read(step) + tail
+            if b"\n" in tail:
+                break
+    tail = tail[tail.rfind(b"\n") + 1 :]
+    if not tail.lstrip().startswith(b"{"):
+        return 0
+    try:
+        json.loads(tail)
+    except ValueError:
+        return len(tail)
+    return 0
+
+
 def _read_span_lines(path: Path) -> pa.Table:
-    """The span log's lines, less an unfinished last one: a running server may be appending it now."""
+    """The span log's lines, less one a running server is still writing; read in blocks (a
+    whole log as pyarrow reads it, a cut one through a memory map), never copied whole."""
     import pyarrow.json as pj
 
-    with path.open("rb") as f:
-        data = f.read()
-    cut = data.rfind(b"\n") + 1
-    try:
-        json.loads(data[cut:] or b"{}")
-    except ValueError:
-        data = data[:cut]
-    if not data.strip():
-        return pa.table({"id": pa.array([], pa.string())})
-    return pj.read_json(pa.BufferReader(data))
+    size = path.stat().st_size
+    cut = size - _unfinished_tail(path) if size else 0
+    if cut == size and size:
+        spans = pj.read_json(path)
+    elif cut:
+        spans = pj.read_json(pa.BufferReader(pa.memory_map(str(path)).read_buffer(cut)))
+    else:
+        spans = pa.table({})
+    return spans if spans.num_rows else pa.table({"id": pa.array([], pa.string())})
 
 
 def join_span_log(req: Requests, span_log: str | Path) -> dict[str, Any]:
