@@ -196,7 +196,7 @@ def test_a_step_judged_on_too_few_requests_says_so_in_its_progress_line(
 
 def test_a_search_starts_at_half_the_rate_its_nearest_resource_allows() -> None:
     assert start_from(50.0, 0.05) == 500.0  # 50 req/s at 5 % of saturation: it would reach it at 1,000
-    assert start_from(50.0, 0.9) == 50.0  # never below the rate that held
+    assert start_from(50.0, 0.9) is None and start_from(50.0, 0.5) is None  # no room above 50 to read
     assert start_from(50.0, 0.001) == 1600.0  # at most 32 times the rate it extrapolates from
     assert start_from(50.0, None) is None and start_from(50.0, 0.0) is None and start_from(0.0, 0.5) is None
 
@@ -219,12 +219,12 @@ def test_first_rate_reads_a_warm_run_that_held_and_not_one_that_missed(tmp_path:
     assert first_rate(str(tmp_path / "none"), 100.0, 1e-3) is None
 
 
-def test_compare_starts_its_search_where_the_warm_run_leaves_room_unless_told_where(
+def test_compare_starts_its_search_where_the_warm_run_leaves_room_and_a_resumed_one_where_it_began(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from compare_helpers import cpu_vs_cpu
 
-    from netgain.experiments import cpu_vs_gpu
+    from netgain.experiments import cpu_vs_gpu, steps
     from netgain.experiments.progress import Progress
 
     seen: list[float] = []
@@ -234,19 +234,55 @@ def test_compare_starts_its_search_where_the_warm_run_leaves_room_unless_told_wh
     ) -> tuple[Trial, bool]:
         return side(600.0, seen)(rate), False
 
+    def first(root: Path, start: float | None = None, **cfg: Any) -> float:
+        seen.clear()
+        c = cpu_vs_cpu(root, precision=0.5, **cfg)
+        result = {"root": str(root), "best_batch": 1, "batches": {1: {"warm": str(root / "w")}}}
+        cpu_vs_gpu.search_side(c, c.baseline, result, Progress(8), start=start)
+        return seen[0]
+
     monkeypatch.setattr(cpu_vs_gpu, "run_step", step)
-    monkeypatch.setattr(cpu_vs_gpu, "first_rate", lambda run_dir, slo, bound: (400.0, "room"))
-    result = {"root": str(tmp_path), "best_batch": 1, "batches": {1: {"warm": str(tmp_path / "w")}}}
-    cfg = cpu_vs_cpu(tmp_path, precision=0.5)
-    cpu_vs_gpu.search_side(cfg, cfg.baseline, dict(result), Progress(8), start=100.0)
-    assert (
-        seen[0] == 400.0
-        and "baseline cpu search batch 1 starts at 400 req/s: room" in capsys.readouterr().err
-    )
-    seen.clear()
-    cpu_vs_gpu.search_side(cfg, cfg.baseline, dict(result), Progress(8), start=800.0)
-    assert seen[0] == 800.0  # a later start given (the baseline's capacity, for the treatment) stands
-    seen.clear()
-    told = cpu_vs_cpu(tmp_path, precision=0.5, start_rps=50.0, start_from_warm=False)  # --start-rps
-    cpu_vs_gpu.search_side(told, told.baseline, dict(result), Progress(8))
-    assert seen[0] == 50.0
+    monkeypatch.setattr(steps, "first_rate", lambda run_dir, slo, bound: (400.0, "room"))
+    assert first(tmp_path / "a", 100.0) == 400.0
+    assert "baseline cpu search batch 1 starts at 400 req/s: room" in capsys.readouterr().err
+    monkeypatch.setattr(steps, "first_rate", lambda run_dir, slo, bound: (900.0, "more room"))
+    assert first(tmp_path / "a", 100.0) == 400.0  # resumed: where it began, so its steps are reused
+    assert first(tmp_path / "b", 1000.0) == 1000.0  # a higher start given (the baseline's capacity) stands
+    assert first(tmp_path / "c", 100.0, max_rps=600.0) == 600.0  # never above the ceiling
+    assert "starts at 600 req/s: more room" in capsys.readouterr().err
+    (tmp_path / "d" / "search" / "b1" / "r100").mkdir(parents=True)
+    assert first(tmp_path / "d", 100.0) == 100.0  # a search begun before starts were recorded
+    assert first(tmp_path / "e", start_rps=50.0, start_from_warm=False) == 50.0  # --start-rps, --trace
+
+
+def test_compare_reads_the_warm_run_only_without_start_rps_or_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from netgain.cli import main
+    from netgain.experiments import cpu_vs_gpu
+
+    calls: list[tuple[bool, float, float | None]] = []
+
+    def run_side(cfg: Any, side: Any, progress: Any, start: float | None = None) -> dict[str, Any]:
+        calls.append((cfg.start_from_warm, cfg.start_rps, start))
+        if side.name == "treatment":
+            raise SystemExit(0)
+        return {"capacity": {"last_held": 25.0}}
+
+    monkeypatch.setattr(cpu_vs_gpu, "run_side", run_side)
+    trace = tmp_path / "t.csv"
+    trace.write_text("t,size\n" + "".join(f"{i / 40:.3f},100\n" for i in range(81)))
+    base = ["compare", "--model", "null", "--treatment-device", "cpu", "--cpu-price-per-hour", "1",
+            "--gpu-price-per-hour", "2", "--slo-p99-ms", "100", "--out", str(tmp_path / "o")]  # fmt: skip
+    for extra, want in (
+        ([], [(True, 50.0, None), (True, 50.0, 25.0)]),  # the treatment from the baseline's capacity
+        (["--start-rps", "10"], [(False, 10.0, None), (False, 10.0, None)]),
+        (
+            ["--trace", str(trace)],
+            [(False, pytest.approx(40.0, rel=0.02), None), (False, pytest.approx(40.0, rel=0.02), 25.0)],
+        ),
+    ):
+        calls.clear()
+        with pytest.raises(SystemExit):
+            main([*base, *extra])
+        assert calls == want, extra

@@ -99,7 +99,7 @@ def add_parser(sub: Any) -> None:
         "--start-rps",
         type=float,
         default=None,
-        help="the capacity search's first rate, as given (default: the --trace's mean rate, else --rate, "
+        help="the capacity search's first rate, as given (default: the --trace's mean rate; else --rate, "
         "or higher where the side's warm run held with room)",
     )
     flag(
@@ -261,7 +261,7 @@ def run_compare(args: argparse.Namespace) -> int:
         workers=placement.load_workers(args.workers),
         connections=args.connections,
         start_rps=start,
-        start_from_warm=args.start_rps is None,
+        start_from_warm=args.start_rps is None and not args.trace,  # a trace's mean hides its peaks
         min_rps=args.min_rps,
         max_rps=args.max_rps,
         precision=args.precision,

@@ -85,11 +85,12 @@ MAX_START_LEAP = 32.0  # the farthest a search's first rate extrapolates from th
 def start_from(rate: float, pressure: float | None) -> float | None:
     """A search's first rate from a run that held at ``rate`` with its nearest resource at ``pressure``
     of that resource's saturation threshold: half the rate where it would reach the threshold if its
-    use grew in proportion (a fixed cost makes that an underestimate), at least ``rate`` and at most
-    MAX_START_LEAP x ``rate``, to three significant figures. None without a pressure."""
-    if pressure is None or not pressure > 0 or not rate > 0:
+    use grew in proportion (at low load it often grows less than that), at most
+    MAX_START_LEAP x ``rate``, to three significant figures. None without a pressure, or when
+    that is not above ``rate`` (no room to read)."""
+    if pressure is None or not pressure > 0 or not rate > 0 or rate / pressure / 2 <= rate:
         return None
-    return float(f"{min(max(rate, rate / pressure / 2), MAX_START_LEAP * rate):.3g}")
+    return float(f"{min(rate / pressure / 2, MAX_START_LEAP * rate):.3g}")
 
 
 @dataclass

@@ -23,7 +23,7 @@ from netgain.experiments import capacity
 from netgain.experiments.compare_price import describe, limits_of, price_trace, searched, step_trial
 from netgain.experiments.orchestrate import Placement, ServerProcess, run_load
 from netgain.experiments.progress import Progress
-from netgain.experiments.steps import LoadCrashed, first_rate, once_more_if_crashed, run_step, set_aside
+from netgain.experiments.steps import LoadCrashed, once_more_if_crashed, run_step, search_start, set_aside
 from netgain.experiments.steps import done as _done
 
 
@@ -57,7 +57,7 @@ class CompareConfig:
     placement: Placement | None = None  # None: servers and load generator where compare runs
     connections: int = 1  # per load worker; several let the kernel spread them over frontends
     start_rps: float = 50.0  # the search's first rate
-    start_from_warm: bool = True  # or later, where the chosen batch's warm run says the side has room
+    start_from_warm: bool = True  # or higher, where the chosen batch's warm run held with room
     min_rps: float = 1.0  # its floor: below it a side that still misses cannot meet the SLO
     max_rps: float = 100_000.0  # its ceiling
     precision: float = 0.1  # bisect until (first missed - last held) / last held <= this
@@ -338,14 +338,16 @@ def search_side(
             return t
 
         first = start or cfg.start_rps
-        room = (
-            first_rate(result["batches"][b]["warm"], cfg.slo_p99_ms, cfg.max_error_ratio)
-            if cfg.start_from_warm
-            else None
-        )
-        if room is not None and room[0] > first:
-            first = room[0]
-            progress.note(f"{head} starts at {first:.4g} req/s: {room[1]}")
+        if cfg.start_from_warm:
+            first = search_start(
+                os.path.join(root, "search", f"b{b}"),
+                first,
+                result["batches"][b]["warm"],
+                cfg.slo_p99_ms,
+                cfg.max_error_ratio,
+                cfg.max_rps,
+                lambda msg: progress.note(f"{head} {msg}"),
+            )
         with stack:
             cap = capacity.search(
                 run, first, floor=cfg.min_rps, ceiling=cfg.max_rps, precision=cfg.precision

@@ -3,6 +3,7 @@ a finished run is reused, an invalid one that met the SLO is measured once more.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Callable
@@ -53,6 +54,38 @@ def first_rate(run_dir: str, slo_p99_ms: float, max_error_ratio: float) -> tuple
         start,
         f"the warm run held {t.throughput:.4g} req/s with {top.resource} at {top.ratio:.2f} of saturation",
     )
+
+
+START = "start.json"  # a search's first rate, beside its steps: a resumed search repeats the same steps
+
+
+def search_start(
+    search_dir: str,
+    given: float,
+    warm_dir: str,
+    slo_p99_ms: float,
+    max_error_ratio: float,
+    ceiling: float,
+    say: Callable[[str], None],
+) -> float:
+    """The first rate of the search whose steps are in ``search_dir``: the one recorded there; for a
+    search begun before starts were recorded, ``given``; else ``given``, or higher where the warm
+    run held with room (``first_rate``, at most ``ceiling``), recorded."""
+    path = os.path.join(search_dir, START)
+    if os.path.exists(path):
+        with open(path) as fh:
+            return float(json.load(fh)["rate"])
+    if os.path.isdir(search_dir) and any(n.startswith("r") for n in os.listdir(search_dir)):
+        return given
+    first, why = given, "as given"
+    room = first_rate(warm_dir, slo_p99_ms, max_error_ratio)
+    if room is not None and room[0] > given:
+        first, why = min(room[0], ceiling), room[1]
+        say(f"starts at {first:.4g} req/s: {why}")
+    os.makedirs(search_dir, exist_ok=True)
+    with open(path, "w") as fh:
+        json.dump({"rate": first, "why": why}, fh)
+    return first
 
 
 def set_aside(run_dir: str) -> None:
