@@ -38,9 +38,10 @@ SYNC = 4  # one trailer, grpc.server on a thread pool
 VARYING = 5  # two trailers, the server-timing value new every request as netgain's is
 
 
-def timing(n: int) -> str:
-    """A server-timing value that differs from the last one, as a real request's durations do."""
-    return TIMING.replace("id=5", f"id={n}").replace("0.010", f"{n % 997 / 1000:.3f}")
+def timings(n: int) -> list[str]:
+    """``n`` server-timing values, each unlike the last, as real requests' durations are; made before
+    serving, so the count holds gRPC's work, not the making of the string."""
+    return [TIMING.replace("id=5", f"id={i}").replace("0.010", f"{i / 1000:.3f}") for i in range(n)]
 
 
 def serve_sync() -> None:
@@ -57,6 +58,7 @@ def serve_sync() -> None:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.T", {"M": rpc}),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
+    signal.signal(signal.SIGINT, lambda *_: server.stop(0))  # exit whole, so cachegrind writes its file
     print(port, flush=True)
     server.wait_for_termination()
 
@@ -67,13 +69,14 @@ def serve(variant: int) -> None:
     from netgain.server.receive_deadline import ReceiveDeadline
 
     served = 0
+    varying = timings(997)  # more than HPACK's table holds: every value goes out as a literal
 
     async def handler(request: bytes, context: object) -> bytes:
         nonlocal served
         served += 1
         md = [("x-request-id", "abc123")]
         if variant in (2, VARYING):
-            md.append(("server-timing", TIMING if variant == 2 else timing(served)))
+            md.append(("server-timing", TIMING if variant == 2 else varying[served % len(varying)]))
         context.set_trailing_metadata(tuple(md))  # type: ignore[attr-defined]
         return b"ok"
 
@@ -84,7 +87,10 @@ def serve(variant: int) -> None:
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         print(port, flush=True)
-        await server.wait_for_termination()
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)  # a clean exit, as above
+        await stop.wait()
+        await server.stop(0)
 
     asyncio.run(main())
 
@@ -166,6 +172,8 @@ def main() -> int:
     }
     if a.instructions:
         k1, k2 = (int(k) for k in a.requests.split(","))
+        if not 0 < k1 < k2 or k1 % 32 or k2 % 32:
+            raise SystemExit(f"--requests {a.requests}: K1 < K2, both positive multiples of 32")
         with tempfile.TemporaryDirectory() as tmp:
             for variant, name in names.items():
                 i1, i2 = instructions(variant, k1, tmp), instructions(variant, k2, tmp)
