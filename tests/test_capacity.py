@@ -253,6 +253,7 @@ def test_compare_starts_its_search_where_the_warm_run_leaves_room_and_a_resumed_
     (tmp_path / "d" / "search" / "b1" / "r100").mkdir(parents=True)
     assert first(tmp_path / "d", 100.0) == 100.0  # a search begun before starts were recorded
     assert first(tmp_path / "e", start_rps=50.0, start_from_warm=False) == 50.0  # --start-rps, --trace
+    assert first(tmp_path / "e", 100.0) == 50.0  # resumed without --start-rps: where it began
 
 
 def test_compare_reads_the_warm_run_only_without_start_rps_or_trace(

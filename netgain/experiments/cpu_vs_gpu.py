@@ -337,17 +337,15 @@ def search_side(
             )
             return t
 
-        first = start or cfg.start_rps
-        if cfg.start_from_warm:
-            first = search_start(
-                os.path.join(root, "search", f"b{b}"),
-                first,
-                result["batches"][b]["warm"],
-                cfg.slo_p99_ms,
-                cfg.max_error_ratio,
-                cfg.max_rps,
-                lambda msg: progress.note(f"{head} {msg}"),
-            )
+        first = search_start(
+            os.path.join(root, "search", f"b{b}"),
+            start or cfg.start_rps,
+            result["batches"][b]["warm"] if cfg.start_from_warm else None,
+            cfg.slo_p99_ms,
+            cfg.max_error_ratio,
+            cfg.max_rps,
+            lambda msg: progress.note(f"{head} {msg}"),
+        )
         with stack:
             cap = capacity.search(
                 run, first, floor=cfg.min_rps, ceiling=cfg.max_rps, precision=cfg.precision

@@ -62,23 +62,25 @@ START = "start.json"  # a search's first rate, beside its steps: a resumed searc
 def search_start(
     search_dir: str,
     given: float,
-    warm_dir: str,
+    warm_dir: str | None,
     slo_p99_ms: float,
     max_error_ratio: float,
     ceiling: float,
     say: Callable[[str], None],
 ) -> float:
-    """The first rate of the search whose steps are in ``search_dir``: the one recorded there; for a
-    search begun before starts were recorded, ``given``; else ``given``, or higher where the warm
-    run held with room (``first_rate``, at most ``ceiling``), recorded."""
+    """The first rate of the search whose steps are in ``search_dir``, recorded there. ``warm_dir``
+    None (a start the user chose): ``given``. Else the one recorded (a resumed search repeats its
+    steps); for a search begun before starts were recorded, ``given``; else ``given``, or higher
+    where the warm run held with room (``first_rate``, at most ``ceiling``)."""
     path = os.path.join(search_dir, START)
-    if os.path.exists(path):
+    if warm_dir is not None and os.path.exists(path):
         with open(path) as fh:
             return float(json.load(fh)["rate"])
-    if os.path.isdir(search_dir) and any(n.startswith("r") for n in os.listdir(search_dir)):
+    begun = os.path.isdir(search_dir) and any(n.startswith("r") for n in os.listdir(search_dir))
+    if warm_dir is not None and begun:
         return given
     first, why = given, "as given"
-    room = first_rate(warm_dir, slo_p99_ms, max_error_ratio)
+    room = first_rate(warm_dir, slo_p99_ms, max_error_ratio) if warm_dir is not None else None
     if room is not None and room[0] > given:
         first, why = min(room[0], ceiling), room[1]
         say(f"starts at {first:.4g} req/s: {why}")
