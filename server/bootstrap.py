@@ -16,7 +16,6 @@ import os
 import platform
 import random
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -362,10 +361,8 @@ async def drain(
         elif now - max(last_busy, servicer.refused_ns) >= quiet_ns or now - last_busy >= cap_ns:
             break
         await asyncio.sleep(0.01)
-    left_s = max(0.0, grace_s - (clock() - start) / 1e9)
-    started = time.monotonic()
-    stopping = asyncio.ensure_future(server.stop(left_s))
-    while servicer.in_flight and time.monotonic() - started < left_s:
+    stopping = asyncio.ensure_future(server.stop(max(0.0, grace_s - (clock() - start) / 1e9)))
+    while servicer.in_flight and clock() - start < grace_ns:
         await asyncio.sleep(0.01)
     await stopping
 

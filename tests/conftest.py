@@ -218,9 +218,7 @@ class ServerHandle:
             return str(resp.read().decode("utf-8"))
 
     def span_lines(self) -> list[dict[str, Any]]:
-        if self.span_log is None or not self.span_log.exists():
-            return []
-        return read_span_log(self.span_log)
+        return read_span_log(self.span_log) if self.span_log is not None else []
 
     def output(self) -> str:
         out = (self.workdir / "stdout.txt").read_text(errors="replace")

@@ -185,10 +185,9 @@ def load_samples(run_dir: str | Path) -> SampleArrays | None:
 SPAN_FIELDS = dict(zip(PHASE_COLUMNS, PHASES, strict=True))
 
 
-def _unfinished_tail(path: Path) -> int:
-    """The bytes after the span log's last newline when they are a line a server has begun to write
-    (``{`` but not yet JSON), else 0: a running server may be appending it right now."""
-    size = path.stat().st_size
+def _unfinished_tail(path: Path, size: int) -> int:
+    """The bytes after the span log's last newline (``size`` bytes long) when they are a line a
+    server has begun to write (``{`` but not yet JSON), else 0: it may be appending it right now."""
     tail = b""
     with path.open("rb") as f:
         while len(tail) < size:
@@ -213,7 +212,7 @@ def _read_span_lines(path: Path) -> pa.Table:
     import pyarrow.json as pj
 
     size = path.stat().st_size
-    cut = size - _unfinished_tail(path) if size else 0
+    cut = size - _unfinished_tail(path, size)
     if cut == size and size:
         spans = pj.read_json(path)
     elif cut:
