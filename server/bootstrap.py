@@ -85,17 +85,30 @@ def build_runners(handler: Handler, device: str, cfg: ServeConfig) -> list[Devic
     return [DeviceRunner(handler, device, cfg.dtype, cfg.nvtx, cfg.cuda_graphs) for _ in range(cfg.instances)]
 
 
-def warm_up(handler: Handler, runner: DeviceRunner, cfg: ServeConfig) -> None:
-    """Run batches of example payloads so first requests do not pay for lazy initialisation
-    (and, with CUDA graphs, so every power-of-two batch bucket is captured before serving)."""
-    rng = random.Random(cfg.seed)
-    sizes = {1, cfg.max_batch_size}
+def warmup_sizes(runner: DeviceRunner, max_batch_size: int) -> list[int]:
+    """The batch sizes a first warm-up round runs: on CUDA every size the batcher can form (a shape
+    seen first while serving costs a kernel choice and lazy module loads, tens of ms for a
+    convolutional model); elsewhere the smallest and largest (new shapes cost the CPU little)."""
     if runner.cuda_graphs:
-        sizes |= {min(2**k, cfg.max_batch_size) for k in range(cfg.max_batch_size.bit_length() + 1)}
-    for _ in range(cfg.warmup_batches):
-        for size in sorted(sizes):
-            items = [handler.preprocess(handler.example_input(rng)) for _ in range(size)]
-            runner.run(runner.prepare(handler.collate(items)))
+        return sorted({min(2**k, max_batch_size) for k in range(max_batch_size.bit_length() + 1)})
+    if runner.is_cuda and runner.handler.uses_device:
+        return list(range(1, max_batch_size + 1))
+    return sorted({1, max_batch_size})
+
+
+def warm_up(handler: Handler, runner: DeviceRunner, cfg: ServeConfig) -> None:
+    """Run batches of example payloads so first requests do not pay for lazy initialisation: one
+    round of ``warmup_sizes`` (with CUDA graphs, every power-of-two bucket is captured), then the
+    smallest and largest batch for the rest of --warmup-batches (0: no warm-up at all)."""
+    if cfg.warmup_batches < 1:
+        return
+    rng = random.Random(cfg.seed)
+    items = [handler.preprocess(handler.example_input(rng)) for _ in range(cfg.max_batch_size)]
+    rounds = [warmup_sizes(runner, cfg.max_batch_size)]
+    rounds += [sorted({1, cfg.max_batch_size})] * (cfg.warmup_batches - 1)
+    for sizes in rounds:
+        for size in sizes:
+            runner.run(runner.prepare(handler.collate(items[:size])))
 
 
 # -- telemetry -------------------------------------------------------------------------------------

@@ -52,3 +52,41 @@ def test_thread_roles_come_from_os_thread_names() -> None:
     assert thread_role("ng-device-0", 99, 10) == "device"
     assert thread_role("ng-batcher", 99, 10) == "batcher"
     assert roles.get("prepost", 0.0) > 0.0
+
+
+class _Recording:
+    """A device runner's warm-up surface that records the batch sizes it is given to run."""
+
+    def __init__(self, handler: object, is_cuda: bool, cuda_graphs: bool = False) -> None:
+        self.handler, self.is_cuda, self.cuda_graphs = handler, is_cuda, cuda_graphs
+        self.sizes: list[int] = []
+
+    def prepare(self, batch: object) -> object:
+        return batch
+
+    def run(self, batch: object) -> None:
+        from netgain.server.device import batch_rows
+
+        self.sizes.append(batch_rows(batch))
+
+
+def _warm(is_cuda: bool, cuda_graphs: bool = False, max_batch: int = 6, rounds: int = 3) -> list[int]:
+    from netgain.server.bootstrap import warm_up
+    from netgain.server.config import ServeConfig
+    from netgain.server.handlers import create_handler
+
+    handler = create_handler("image", {"size": "16"})
+    runner = _Recording(handler, is_cuda, cuda_graphs)
+    warm_up(handler, runner, ServeConfig(max_batch_size=max_batch, warmup_batches=rounds))  # type: ignore[arg-type]
+    return runner.sizes
+
+
+def test_warm_up_runs_every_batch_size_once_on_cuda_and_the_ends_on_the_cpu() -> None:
+    """A batch size first seen while serving costs a CUDA device a kernel choice (docs/benchmarks.md),
+    so its warm-up forms every size the batcher can; the CPU's first round is the ends only."""
+    assert _warm(is_cuda=True) == [1, 2, 3, 4, 5, 6, 1, 6, 1, 6]
+    assert _warm(is_cuda=False) == [1, 6, 1, 6, 1, 6]
+    assert _warm(is_cuda=True, cuda_graphs=True) == [1, 2, 4, 6, 1, 6, 1, 6]  # the graph buckets
+    assert _warm(is_cuda=True, rounds=1) == [1, 2, 3, 4, 5, 6]
+    assert _warm(is_cuda=True, rounds=0) == []  # --warmup-batches 0 turns warm-up off
+    assert _warm(is_cuda=False, max_batch=1) == [1, 1, 1]
