@@ -117,7 +117,13 @@ def add_parser(sub: Any) -> None:
         help="export each request's phases as OpenTelemetry spans to this OTLP/HTTP receiver "
         "(http://host:4318; POST /v1/traces), continuing the client's W3C traceparent",
     )
-    flag(p, "--warmup-batches", type=int, default=3, help="warm-up rounds before health turns SERVING")
+    flag(
+        p,
+        "--warmup-batches",
+        type=int,
+        default=3,
+        help="warm-up rounds before health turns SERVING (on CUDA the first runs every batch size; 0: none)",
+    )
     flag(
         p,
         "--handler-option",
