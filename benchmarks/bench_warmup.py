@@ -91,7 +91,7 @@ def main() -> int:
                     f"{slow}/{len(extra)}",
                 ]
             )
-            print(f"{model} {policy}: done", file=sys.stderr, flush=True)
+            print(" | ".join(str(c) for c in rows[-1]), file=sys.stderr, flush=True)  # a cut run keeps it
     print(f"device {args.device}, batch sizes 1-{args.max_batch}, {args.threads} torch threads per process")
     print(
         table(
