@@ -287,3 +287,34 @@ def test_compare_reads_the_warm_run_only_without_start_rps_or_trace(
         with pytest.raises(SystemExit):
             main([*base, *extra])
         assert calls == want, extra
+
+
+def test_a_capacity_whose_last_held_run_had_too_few_requests_says_so() -> None:
+    from netgain.cli.experiments import _capacity_words
+    from netgain.experiments.compare_price import describe
+
+    def run(rate: float) -> Trial:  # a slow side: a 30 s window at ~2.7 req/s holds ~83 requests
+        held = rate <= 2.8
+        return Trial(
+            rate, rate, 45.0, 98.0 if held else 110.0, 0, 0.0, True, "", held, samples=int(rate * 30)
+        )
+
+    cap = search(run, 50, floor=0.5, ceiling=100, precision=0.1).capacity
+    assert cap.last_held is not None and cap.last_held <= 2.8 and cap.held_samples == int(cap.last_held * 30)
+    assert cap.thin
+    words = f"rests on {cap.held_samples} successful requests (a p99 needs {P99_SAMPLES}"
+    assert words in describe(cap) and words in _capacity_words(cap.to_dict())
+    # Enough requests behind the held rate, or none recorded (older runs): nothing added.
+    plenty = from_trials(
+        [
+            Trial(r, r, 45.0, 98.0 if r <= 20 else 110.0, 0, 0.0, True, "", r <= 20, samples=int(r * 30))
+            for r in (10, 20, 22)
+        ],
+        floor=0.5,
+        ceiling=100,
+        precision=0.1,
+    )
+    assert (plenty.last_held, plenty.held_samples, plenty.thin) == (20, 600, False)
+    assert "rests on" not in describe(plenty) and "rests on" not in _capacity_words(plenty.to_dict())
+    older = {**cap.to_dict(), "held_samples": None}
+    assert "rests on" not in _capacity_words(older)

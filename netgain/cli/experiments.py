@@ -377,6 +377,8 @@ def print_compare(reports: dict[str, Report], rows: list[list[Any]], out: str) -
 
 
 def _capacity_words(cap: dict[str, Any]) -> str:
+    from netgain.experiments.capacity import thin_words
+
     if cap.get("reached_floor"):
         return f"meets the SLO at no rate down to {cap['floor_rps']:g} req/s ({cap['runs']} runs)"
     if cap.get("capacity_rps") is None:
@@ -384,7 +386,7 @@ def _capacity_words(cap: dict[str, Any]) -> str:
     top = "held up to the ceiling" if cap.get("unbounded") else f"first missed {cap['first_missed']:.4g}"
     return (
         f"{cap['capacity_rps']:.4g} req/s at the SLO (last held {cap['last_held']:.4g} req/s, {top}; "
-        f"{cap['runs']} runs)"
+        f"{cap['runs']} runs{thin_words(int(cap.get('held_samples') or 0))})"
     )
 
 

@@ -49,11 +49,17 @@ class Capacity:
     runs: int
     reached_floor: bool = False  # nothing held, down to the floor
     unbounded: bool = False  # everything held, up to the ceiling
+    held_samples: int = 0  # successful requests of the last held run's window (0: not known)
 
     @property
     def known(self) -> bool:
         """A capacity with both ends of its bracket (or proven absent down to the floor)."""
         return self.reached_floor or (self.last_held is not None and self.first_missed is not None)
+
+    @property
+    def thin(self) -> bool:
+        """The last held run's p99 rests on fewer requests than bound a p99 (near their maximum)."""
+        return 0 < self.held_samples < P99_SAMPLES
 
     @property
     def upper_rps(self) -> float | None:
@@ -69,6 +75,16 @@ P99_SAMPLES = math.ceil(math.log(0.05) / math.log(0.99))
 # Poisson arrivals send fewer than their mean half the time: aim three standard deviations above.
 STEP_REQUESTS = P99_SAMPLES + 3 * math.ceil(math.sqrt(P99_SAMPLES))
 MAX_STEP_STRETCH = 2.0  # a low-rate step runs at most this many times the set step length
+
+
+def thin_words(held_samples: int) -> str:
+    """What a bracket's caller appends when its last held run's p99 rests on too few requests."""
+    if not 0 < held_samples < P99_SAMPLES:
+        return ""
+    return (
+        f"; the last held run's p99 rests on {held_samples} successful requests (a p99 needs "
+        f"{P99_SAMPLES}: longer --sweep-duration steps bound it)"
+    )
 
 
 def step_seconds(step_s: float, rate: float) -> float:
@@ -186,8 +202,14 @@ def search(
         runs=len(trials),
         reached_floor=good is None,
         unbounded=bad is None,
+        held_samples=_samples_at(trials, good),
     )
     return SearchResult(trials, cap)
+
+
+def _samples_at(trials: list[Trial], rate: float | None) -> int:
+    """The successful requests of the last run that held at ``rate`` (0 when none did)."""
+    return next((t.samples for t in reversed(trials) if t.held and t.rate == rate), 0)
 
 
 def from_trials(trials: list[Trial], *, floor: float, ceiling: float, precision: float) -> Capacity:
@@ -208,4 +230,5 @@ def from_trials(trials: list[Trial], *, floor: float, ceiling: float, precision:
         runs=len(trials),
         reached_floor=good is None and lowest is not None and lowest <= floor * (1 + 1e-9),
         unbounded=bad is None and good is not None and good >= ceiling * (1 - 1e-9),
+        held_samples=_samples_at(trials, good),
     )

@@ -29,7 +29,7 @@ def describe(cap: capacity.Capacity) -> str:
     )
     return (
         f"capacity {cap.capacity_rps:.4g} req/s at the SLO (last held {cap.last_held:.4g} req/s, "
-        f"{top}; {cap.runs} runs)"
+        f"{top}; {cap.runs} runs{capacity.thin_words(cap.held_samples)})"
     )
 
 
