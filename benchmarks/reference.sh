@@ -4,6 +4,7 @@
 # the repository root on a GPU host: REF_STEPS="text image resnet50 bert-base" bash benchmarks/reference.sh
 # Steps image-bursty/text-bursty replay a synthesized gamma trace (CV 3); text-azure the Azure LLM
 # inference trace 2023 (code), downloaded to $AZURE_CODE (AzurePublicDataset, data/AzureLLMInferenceTrace_code.csv).
+# Step warmup: benchmarks/bench_warmup.py (what a batch size first seen while serving costs).
 # Prices assumed (USD/hour, see docs/reference/README.md): CPU baseline, a 16-vCPU
 # general-purpose instance, 0.68; GPU treatment, one H200 GPU with its share of host, 3.50.
 set -u
@@ -52,6 +53,8 @@ for step in ${REF_STEPS:-text image resnet50 bert-base}; do
         2>&1 | tail -n 12 ;;
     profile) python3 -m netgain.cli profile --model image --device "$DEV" --rate 100 --duration 10 --batches 10 \
         --serve-args "--max-batch-size 32" --out "$REF/profile-image-cuda" 2>&1 | tail -n 30 ;;
+    warmup) python3 benchmarks/bench_warmup.py --models image,resnet50,bert-base,text --device "$DEV" \
+        --max-batch 64 --threads 4 2>&1 | tee "$REF/warmup.txt" | tail -n 12 ;;
     *) echo "unknown step $step" ;;
   esac
   archive
