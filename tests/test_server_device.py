@@ -90,3 +90,31 @@ def test_warm_up_runs_every_batch_size_once_on_cuda_and_the_ends_on_the_cpu() ->
     assert _warm(is_cuda=True, rounds=1) == [1, 2, 3, 4, 5, 6]
     assert _warm(is_cuda=True, rounds=0) == []  # --warmup-batches 0 turns warm-up off
     assert _warm(is_cuda=False, max_batch=1) == [1, 1, 1]
+
+
+def test_a_convolutional_model_is_placed_channels_last_on_the_cpu_with_the_same_outputs() -> None:
+    """oneDNN runs batches of convolutions faster with channels-last weights (bench_cpu_layout.py);
+    the answers must not change, and a model without convolutions is left as built."""
+    import random
+
+    import torch
+
+    from netgain.server.device import DeviceRunner
+    from netgain.server.handlers import create_handler
+
+    handler = create_handler("image", {"size": "32"})
+    runner = DeviceRunner(handler, "cpu")
+    runner.place(handler.build_model())
+    convs = [m for m in runner.model.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert convs and all(c.weight.is_contiguous(memory_format=torch.channels_last) for c in convs)
+    assert not all(c.weight.is_contiguous() for c in convs)  # really moved, not contiguous both ways
+    rng = random.Random(0)
+    batch = handler.collate([handler.preprocess(handler.example_input(rng)) for _ in range(4)])
+    with torch.inference_mode():
+        expected = handler.forward(handler.build_model().eval(), batch)
+    assert torch.allclose(runner.run(batch).output, expected, rtol=1e-4, atol=1e-5)
+
+    text = create_handler("text", {"layers": "1", "d_model": "16", "heads": "2"})
+    plain = DeviceRunner(text, "cpu")
+    plain.place(text.build_model())
+    assert all(p.is_contiguous() for p in plain.model.parameters())
