@@ -4,7 +4,8 @@
 # the repository root on a GPU host: REF_STEPS="text image resnet50 bert-base" bash benchmarks/reference.sh
 # Steps image-bursty/text-bursty replay a synthesized gamma trace (CV 3); text-azure the Azure LLM
 # inference trace 2023 (code), downloaded to $AZURE_CODE (AzurePublicDataset, data/AzureLLMInferenceTrace_code.csv).
-# Step warmup: benchmarks/bench_warmup.py (what a batch size first seen while serving costs).
+# Step warmup: benchmarks/bench_warmup.py (what a batch size first seen while serving costs); step
+# layout: benchmarks/bench_cpu_layout.py on the treatment device (channels-last convolutions).
 # Prices assumed (USD/hour, see docs/reference/README.md): CPU baseline, a 16-vCPU
 # general-purpose instance, 0.68; GPU treatment, one H200 GPU with its share of host, 3.50.
 set -u
@@ -55,6 +56,8 @@ for step in ${REF_STEPS:-text image resnet50 bert-base}; do
         --serve-args "--max-batch-size 32" --out "$REF/profile-image-cuda" 2>&1 | tail -n 30 ;;
     warmup) python3 benchmarks/bench_warmup.py --models image,resnet50,bert-base,text --device "$DEV" \
         --max-batch 64 --threads 4 2>&1 | tee "$REF/warmup.txt" | tail -n 12 ;;
+    layout) python3 benchmarks/bench_cpu_layout.py --device "$DEV" --models image,resnet50 --batches 1,4,16,64 \
+        --threads 4 --reps 20 2>&1 | tee "$REF/layout.txt" | tail -n 12 ;;
     *) echo "unknown step $step" ;;
   esac
   archive
