@@ -125,7 +125,9 @@ def test_burst_beyond_grpc_pending_limit_is_shed_not_cancelled(start_server: Ser
 
 
 def test_sigterm_drains_in_flight_requests(start_server: ServerLauncher) -> None:
-    server = start_server(*slow_args("--max-batch-size", "4", "--max-queue-delay-ms", "5", forward_ms=150))
+    # All 12 must be accepted before the first batch answers: on a loaded 2-core machine sending 12
+    # calls from a fresh thread pool has taken longer than a 150 ms forward.
+    server = start_server(*slow_args("--max-batch-size", "4", "--max-queue-delay-ms", "5", forward_ms=600))
     stub = server.stub()
     ids = [f"drain-{i}" for i in range(12)]
     with ThreadPoolExecutor(12) as pool:
