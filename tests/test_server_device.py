@@ -1,4 +1,5 @@
-"""The device runner's CUDA-graph eligibility and the OS-visible thread names behind CPU per role."""
+"""The device runner: CUDA-graph eligibility, warm-up batch sizes, the CPU weight layout, and the OS-visible
+thread names behind CPU per role."""
 
 from __future__ import annotations
 
