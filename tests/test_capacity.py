@@ -16,6 +16,7 @@ from netgain.experiments.capacity import (
     search,
     start_from,
     step_seconds,
+    thin,
 )
 
 
@@ -301,7 +302,7 @@ def test_a_capacity_whose_last_held_run_had_too_few_requests_says_so() -> None:
 
     cap = search(run, 50, floor=0.5, ceiling=100, precision=0.1).capacity
     assert cap.last_held is not None and cap.last_held <= 2.8 and cap.held_samples == int(cap.last_held * 30)
-    assert cap.thin
+    assert thin(cap.held_samples)
     words = f"rests on {cap.held_samples} successful requests (a p99 needs {P99_SAMPLES}"
     assert words in describe(cap) and words in _capacity_words(cap.to_dict())
     # Enough requests behind the held rate, or none recorded (older runs): nothing added.
@@ -314,7 +315,7 @@ def test_a_capacity_whose_last_held_run_had_too_few_requests_says_so() -> None:
         ceiling=100,
         precision=0.1,
     )
-    assert (plenty.last_held, plenty.held_samples, plenty.thin) == (20, 600, False)
+    assert (plenty.last_held, plenty.held_samples, thin(plenty.held_samples)) == (20, 600, False)
     assert "rests on" not in describe(plenty) and "rests on" not in _capacity_words(plenty.to_dict())
     older = {**cap.to_dict(), "held_samples": None}
     assert "rests on" not in _capacity_words(older)

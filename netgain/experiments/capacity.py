@@ -57,11 +57,6 @@ class Capacity:
         return self.reached_floor or (self.last_held is not None and self.first_missed is not None)
 
     @property
-    def thin(self) -> bool:
-        """The last held run's p99 rests on fewer requests than bound a p99 (near their maximum)."""
-        return 0 < self.held_samples < P99_SAMPLES
-
-    @property
     def upper_rps(self) -> float | None:
         """The most the capacity can be: the first missed rate (None when unbounded or unknown)."""
         return self.first_missed
@@ -77,9 +72,15 @@ STEP_REQUESTS = P99_SAMPLES + 3 * math.ceil(math.sqrt(P99_SAMPLES))
 MAX_STEP_STRETCH = 2.0  # a low-rate step runs at most this many times the set step length
 
 
+def thin(samples: int) -> bool:
+    """A p99 of ``samples`` successful requests (0: not known) rests on fewer than bound one: it is
+    near their maximum."""
+    return 0 < samples < P99_SAMPLES
+
+
 def thin_words(held_samples: int) -> str:
     """What a bracket's caller appends when its last held run's p99 rests on too few requests."""
-    if not 0 < held_samples < P99_SAMPLES:
+    if not thin(held_samples):
         return ""
     return (
         f"; the last held run's p99 rests on {held_samples} successful requests (a p99 needs "

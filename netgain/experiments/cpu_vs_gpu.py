@@ -329,7 +329,7 @@ def search_side(
             )
             dirs.append((rate, run_dir))
             word = "held" if t.held else "missed"
-            if 0 < t.samples < capacity.P99_SAMPLES:  # a p99 of fewer is near their maximum: say so
+            if capacity.thin(t.samples):
                 word += f" on {t.samples} successful requests (a p99 needs {capacity.P99_SAMPLES})"
             progress.step(
                 f"{head} at {rate:.4g} req/s: {t.throughput:.4g} done/s, p99 {t.p99:.2f} ms, {word}"
