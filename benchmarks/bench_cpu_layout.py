@@ -12,22 +12,13 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import time
 from typing import Any
 
-from common import table
+from common import device_ms, table
 
 
 def timed(handler: Any, model: Any, batch: Any, cuda: bool) -> tuple[float, Any]:
-    import torch
-
-    if cuda:
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    out = handler.forward(model, batch)
-    if cuda:
-        torch.cuda.synchronize()
-    return (time.perf_counter() - start) * 1e3, out
+    return device_ms(lambda: handler.forward(model, batch), cuda)
 
 
 def main() -> int:

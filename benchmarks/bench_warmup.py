@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from common import table
+from common import device_ms, table
 
 POLICIES = ("ends", "served")
 
@@ -40,13 +40,7 @@ def measure(model: str, device: str, max_batch: int, policy: str, threads: int) 
 
     def timed(size: int) -> float:
         batch = runner.prepare(handler.collate(items[:size]))
-        if runner.is_cuda:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        runner.run(batch)
-        if runner.is_cuda:
-            torch.cuda.synchronize()
-        return (time.perf_counter() - start) * 1e3
+        return device_ms(lambda: runner.run(batch), runner.is_cuda)[0]
 
     start = time.perf_counter()
     if policy == "served":

@@ -14,8 +14,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -325,6 +326,20 @@ def split_cpus(server_share: int) -> tuple[set[int] | None, set[int] | None]:
     if server_share <= 0 or len(cores) < 2 * server_share:
         return None, None
     return set(cores[:server_share]), set(cores[server_share:])
+
+
+def device_ms(fn: Callable[[], Any], cuda: bool) -> tuple[float, Any]:
+    """(milliseconds, result) of ``fn``; on CUDA the device is synchronised before and after, so the
+    time is the work's and not a launch's."""
+    if cuda:
+        import torch
+
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = fn()
+    if cuda:
+        torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3, out
 
 
 def table(rows: list[list[object]], header: list[str]) -> str:
