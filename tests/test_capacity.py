@@ -290,6 +290,70 @@ def test_compare_reads_the_warm_run_only_without_start_rps_or_trace(
         assert calls == want, extra
 
 
+def test_the_search_takes_the_compared_warm_run_as_its_step_at_that_rate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from analysis_fixtures import make_run
+    from compare_helpers import cpu_vs_cpu
+
+    from netgain.experiments import cpu_vs_gpu
+    from netgain.experiments.progress import Progress
+
+    warm = make_run(tmp_path / "warm", rate=50.0, duration_s=4.0, warmup_s=1.0)
+    measured: list[float] = []
+
+    def step(
+        run_dir: str, rate: float, slo: float, bound: float, measure: Any, say: Any
+    ) -> tuple[Trial, bool]:
+        measured.append(rate)
+        return side(20.0)(rate), False
+
+    def search(root: Path, **cfg: Any) -> dict[str, Any]:
+        measured.clear()
+        c = cpu_vs_cpu(root, slo_p99_ms=0.5, start_from_warm=False, min_rps=5.0, precision=0.5, **cfg)
+        result = {"root": str(root), "best_batch": 1, "batches": {1: {"warm": str(warm)}}}
+        return cpu_vs_gpu.search_side(c, c.baseline, result, Progress(8))
+
+    monkeypatch.setattr(cpu_vs_gpu, "run_step", step)
+    # the warm run at 50 req/s missed a 0.5 ms p99: the search goes on from 25 without measuring 50
+    out = search(tmp_path / "a")
+    assert measured == [25.0, 12.5, 18.75] and out["sweep"][0] == str(warm)
+    assert out["capacity"]["first_missed"] == 25.0 and out["capacity"]["runs"] == 4
+    (line,) = [s for s in capsys.readouterr().err.splitlines() if "at 50 req/s: " in s]
+    assert ", missed" in line and line.endswith("(the compared warm run)")
+    # a trace's steps replay it rescaled, so its warm run is no step; nor with no --rate given
+    assert search(tmp_path / "b", traffic=["--trace", "t.csv"]) and measured[0] == 50.0
+    assert search(tmp_path / "c", traffic=[]) and measured[0] == 50.0
+    # a step measured at that rate before (a search begun earlier) is the one it reads again
+    make_run(tmp_path / "d" / "search" / "b1" / "r50", rate=50.0, duration_s=4.0, warmup_s=1.0)
+    assert search(tmp_path / "d") and measured[0] == 50.0
+
+
+def test_runs_recorded_elsewhere_count_their_warm_run_as_the_step_at_its_rate(tmp_path: Path) -> None:
+    from analysis_fixtures import make_run
+    from compare_helpers import cpu_vs_cpu
+
+    from netgain.cli.experiments import _capacity_words
+    from netgain.contract.rundir import META
+    from netgain.experiments import cpu_vs_gpu
+    from netgain.experiments.progress import Progress
+
+    root = tmp_path / "recorded"
+    warm = make_run(
+        root / "b1" / "warm", rate=50.0, duration_s=4.0, warmup_s=1.0, inflate=("kernel", 0.5, 300.0)
+    )
+    for rate in (25.0, 37.5):
+        make_run(root / "search" / "b1" / f"r{rate:g}", rate=rate, duration_s=4.0, warmup_s=1.0)
+    c = cpu_vs_cpu(tmp_path / "o", baseline=cpu_vs_gpu.Side("baseline", "cpu", 1.0, from_dir=str(root)))
+    result = {"root": str(root), "best_batch": 1, "batches": {1: {"warm": str(warm)}}}
+    cap = cpu_vs_gpu.search_side(c, c.baseline, result, Progress(8))["capacity"]
+    assert (cap["last_held"], cap["first_missed"], cap["known"]) == (37.5, 50.0, True)
+    (warm / META).unlink()  # unfinished: no step at 50, so nothing bounds the capacity from above
+    cap = cpu_vs_gpu.search_side(c, c.baseline, result, Progress(8))["capacity"]
+    assert (cap["last_held"], cap["first_missed"], cap["known"]) == (37.5, None, False)
+    assert "last held 37.5 req/s, no higher rate measured;" in _capacity_words(cap)
+
+
 def test_a_capacity_whose_last_held_run_had_too_few_requests_says_so() -> None:
     from netgain.cli.experiments import _capacity_words
     from netgain.experiments.compare_price import describe

@@ -22,11 +22,12 @@ def describe(cap: capacity.Capacity) -> str:
         return f"held the SLO at no rate down to the floor, {cap.floor_rps:g} req/s ({cap.runs} runs)"
     if cap.capacity_rps is None:
         return f"capacity unknown ({cap.runs} runs)"
-    top = (
-        f"held up to the ceiling, {cap.ceiling_rps:g} req/s"
-        if cap.unbounded
-        else f"first missed {cap.first_missed:.4g} req/s"
-    )
+    if cap.unbounded:
+        top = f"held up to the ceiling, {cap.ceiling_rps:g} req/s"
+    elif cap.first_missed is None:  # runs recorded elsewhere that all held: nothing above measured
+        top = "no higher rate measured"
+    else:
+        top = f"first missed {cap.first_missed:.4g} req/s"
     return (
         f"capacity {cap.capacity_rps:.4g} req/s at the SLO (last held {cap.last_held:.4g} req/s, "
         f"{top}; {cap.runs} runs{capacity.thin_words(cap.held_samples)})"

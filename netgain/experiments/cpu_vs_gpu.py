@@ -278,14 +278,26 @@ def step_dir(root: str, batch: int, rate: float) -> str:
     return os.path.join(root, "search", f"b{batch}", f"r{rate:.6g}")
 
 
+def warm_step(cfg: CompareConfig, warm_dir: str) -> tuple[float, str] | None:
+    """(rate, run) of the compared warm run, which is the search's step at its own rate: the same
+    arrivals, batch size and server, measured longer. None with a trace (a step replays it
+    rescaled), with no --rate given, or while the run is unfinished."""
+    t = cfg.traffic
+    if "--trace" in t or "--rate" not in t or not warm_dir or not _done(warm_dir):
+        return None
+    return float(t[t.index("--rate") + 1]), warm_dir
+
+
 def search_side(
     cfg: CompareConfig, side: Side, result: dict[str, Any], progress: Progress, start: float | None = None
 ) -> dict[str, Any]:
-    """The capacity search at the side's chosen batch size; each step a sweep run (reused when present).
-    With runs recorded elsewhere (``from_dir``) the bracket is read from the steps found there."""
+    """The capacity search at the side's chosen batch size; each step a sweep run (reused when present;
+    at the warm run's rate, the warm run when valid). With runs recorded elsewhere (``from_dir``) the
+    bracket is read from the steps found there."""
     root, b = result["root"], result["best_batch"]
     dirs: list[tuple[float, str]] = []
     head = f"{side.name} {side.device} search batch {b}"
+    warm = warm_step(cfg, result["batches"][b]["warm"])
     if side.from_dir:
         base = os.path.join(root, "search", f"b{b}")
         names = sorted(os.listdir(base)) if os.path.isdir(base) else []
@@ -294,6 +306,8 @@ def search_side(
             for n in names
             if n.startswith("r") and _done(os.path.join(base, n))
         ]
+        if warm is not None and all(r != warm[0] for r, _ in found):
+            found.append(warm)
         trials = [step_trial(cfg, d, r) for r, d in found]
         cap = capacity.from_trials(trials, floor=cfg.min_rps, ceiling=cfg.max_rps, precision=cfg.precision)
         dirs = found
@@ -318,22 +332,27 @@ def search_side(
             return server[0].target
 
         def run(rate: float) -> capacity.Trial:
-            run_dir = step_dir(root, b, rate)
-            t, reused = run_step(
-                run_dir,
-                rate,
-                cfg.slo_p99_ms,
-                cfg.max_error_ratio,
-                lambda: _sweep_load(cfg, side, target(), run_dir, rate),
-                lambda msg: progress.note(f"{head} {msg}"),
-            )
+            run_dir, note = step_dir(root, b, rate), ""
+            t = step_trial(cfg, warm[1], rate) if warm and rate == warm[0] and not _done(run_dir) else None
+            if warm and t is not None and t.valid:
+                run_dir, note = warm[1], "the compared warm run"
+            else:
+                t, reused = run_step(
+                    run_dir,
+                    rate,
+                    cfg.slo_p99_ms,
+                    cfg.max_error_ratio,
+                    lambda: _sweep_load(cfg, side, target(), run_dir, rate),
+                    lambda msg: progress.note(f"{head} {msg}"),
+                )
+                note = "reused" if reused else ""
             dirs.append((rate, run_dir))
             word = "held" if t.held else "missed"
             if capacity.thin(t.samples):
                 word += f" on {t.samples} successful requests (a p99 needs {capacity.P99_SAMPLES})"
             progress.step(
                 f"{head} at {rate:.4g} req/s: {t.throughput:.4g} done/s, p99 {t.p99:.2f} ms, {word}"
-                + (" (reused)" if reused else "")
+                + (f" ({note})" if note else "")
             )
             return t
 
