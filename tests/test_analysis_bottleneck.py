@@ -52,6 +52,22 @@ def test_gpu_bound(tmp_path: Path) -> None:
     assert b["kind"] == "gpu-bound"
 
 
+@pytest.mark.parametrize("dtype, named", [("float32", True), (None, True), ("bfloat16", False)])
+def test_a_gpu_bound_float32_forward_names_a_lower_precision_before_a_bigger_device(
+    tmp_path: Path, dtype: str | None, named: bool
+) -> None:
+    samples = {"netgain_gpu_utilization_ratio": 0.97, "netgain_queue_depth_requests": growing}
+    meta = {"server": {"model": "bert-base", "dtype": dtype}}
+    run = make_run(
+        tmp_path, rate=100.0, duration_s=10.0, warmup_s=2.0, device="cuda", samples=samples, meta=meta
+    )
+    b = build_report(run, bootstrap=0)["bottleneck"]
+    assert b["kind"] == "gpu-bound"
+    lever = "a lower precision (--dtype bfloat16, where the model's accuracy allows), then a bigger device"
+    assert (lever in b["action"]) is named, b["action"]
+    assert b["action"].startswith("batch more (--max-batch-size, --max-queue-delay-ms), ")
+
+
 def test_busy_gpu_without_queue_is_gpu_bound_near_capacity(tmp_path: Path) -> None:
     """A device busy 97 % of the time has no headroom left, though no backlog has built yet."""
     b = _kind(tmp_path, "cuda", {"netgain_gpu_utilization_ratio": 0.97, "netgain_queue_depth_requests": 1.0})

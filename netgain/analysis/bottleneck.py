@@ -75,6 +75,8 @@ ACTIONS = {
 }
 
 
+# A float32 forward on a GPU: its tensor cores run bf16 several times faster (``precision_lever``).
+LOWER_PRECISION = "a lower precision (--dtype bfloat16, where the model's accuracy allows)"
 # The image handlers' GPU pre-processing, named where an action suggests it (``decode_lever``).
 GPU_PRE = "GPU pre-processing"
 GPU_PRE_IMAGE = "GPU pre-processing with --handler-option decode=gpu"
@@ -218,6 +220,7 @@ def classify(
     missed: str | None = None,
     shed: int = 0,
     decode_lever: bool = False,
+    precision_lever: bool = False,
     p99_held: bool | None = None,
 ) -> dict[str, Any]:
     """The bottleneck: ``kind`` (the first of ``kinds``), its ``evidence`` and ``action``; every kind
@@ -226,8 +229,9 @@ def classify(
     unless the load generator's own kind applies. ``missed`` says how the run missed its SLO (then
     the server is never ``unsaturated``); ``shed`` counts RESOURCE_EXHAUSTED answers.
     ``decode_lever``: an image handler on a GPU that decodes on the CPU, so an action suggesting GPU
-    pre-processing names its option. ``p99_held``: the run's p99 met its SLO (None: no SLO given);
-    requests shed while it did name the queue bound as a lever."""
+    pre-processing names its option. ``precision_lever``: a GPU forward in float32, so a gpu-bound
+    action names a lower precision before a bigger device. ``p99_held``: the run's p99 met its SLO
+    (None: no SLO given); requests shed while it did name the queue bound as a lever."""
     gen_ev: list[str] = []
     worker = cpu.get("worker_max")
     lag_bad = send_lag_p99_ms is not None and send_lag_p99_ms > max_send_lag_ms
@@ -301,6 +305,10 @@ def classify(
     if decode_lever:
         for k in kinds:
             k["action"] = k["action"].replace(GPU_PRE, GPU_PRE_IMAGE)
+    if precision_lever:
+        for k in kinds:
+            if k["kind"] == "gpu-bound":
+                k["action"] = k["action"].replace(", then a bigger", f", {LOWER_PRECISION}, then a bigger")
     first = kinds[0]
     interp = cpu.get("interpreter") or {}
     return {

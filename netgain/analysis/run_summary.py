@@ -199,6 +199,7 @@ def _resources(
         and device.startswith("cuda")
         and options.get("decode") != "gpu"
     )
+    precision_lever = device.startswith("cuda") and (server.get("dtype") or "float32") == "float32"
     bott = bn.classify(
         gpu,
         cpu,
@@ -211,6 +212,7 @@ def _resources(
         missed=missed,
         shed=shed,
         decode_lever=decode_lever,
+        precision_lever=precision_lever,
         p99_held=p99_held,
     )
     return {"series": ser, "gpu": gpu, "cpu": cpu, "queue": queue, "device": device, "bottleneck": bott}
