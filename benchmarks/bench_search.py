@@ -9,7 +9,7 @@ waiting ``--sleep-ms`` per request, from tests/bottleneck_handlers.py), its wall
 and the brackets found against the ceiling ``1000 / sleep_ms`` req/s.
 
     python benchmarks/bench_search.py
-    PYTHONPATH=tests:. python benchmarks/bench_search.py --real --sleep-ms 50
+    PYTHONPATH=tests:. python benchmarks/bench_search.py --real --sleep-ms 50 [--batch-sizes 1,4,16,64]
 """
 
 from __future__ import annotations
@@ -54,13 +54,14 @@ def simulated(seed: int, trials: int) -> None:
             )
 
 
-def real(sleep_ms: int, duration: float, precision: float) -> None:
+def real(sleep_ms: int, duration: float, precision: float, batch_sizes: str) -> None:
     out = Path(tempfile.mkdtemp(prefix="bench-search-"))
     cmd = [
         sys.executable, "-m", "netgain.cli", "compare", "--model", "bottleneck_handlers:SleepPre",
         "--handler-option", f"sleep_ms={sleep_ms}", "--baseline-serve-args", "--pre-threads 1",
-        "--treatment-serve-args", "--pre-threads 1", "--treatment-device", "cpu", "--batch-sizes", "1",
-        "--duration", f"{duration:g}", "--warmup-s", "0.5", "--sweep-duration", f"{duration:g}",
+        "--treatment-serve-args", "--pre-threads 1", "--treatment-device", "cpu",
+        "--batch-sizes", batch_sizes, "--duration", f"{duration:g}", "--warmup-s", "0.5",
+        "--sweep-duration", f"{duration:g}",
         "--precision", f"{precision:g}", "--min-rps", "2", "--slo-p99-ms", "200",
         "--cpu-price-per-hour", "1", "--gpu-price-per-hour", "2", "--out", str(out),
     ]  # fmt: skip
@@ -71,7 +72,11 @@ def real(sleep_ms: int, duration: float, precision: float) -> None:
         sys.exit(f"compare failed: {res.stderr[-2000:]}")
     expected = next((ln for ln in res.stderr.splitlines() if "expect ~" in ln), "")
     rep = json.loads((out / "compare-warm" / "report.json").read_text())
-    print(f"wall {wall:.0f} s; ceiling {1000 / sleep_ms:g} req/s; {expected.split(': ', 1)[-1]}")
+    measured = sum(1 for p in out.rglob("meta.json") if "invalid" not in p.parts)
+    print(
+        f"wall {wall:.0f} s; {measured} runs measured; ceiling {1000 / sleep_ms:g} req/s; "
+        f"{expected.split(': ', 1)[-1]}"
+    )
     for side, c in rep["compare"]["capacity"].items():
         print(
             f"{side}: {c['runs']} runs, capacity {c['capacity_rps']} req/s, last held {c['last_held']}, "
@@ -88,9 +93,10 @@ def main() -> None:
     ap.add_argument("--sleep-ms", type=int, default=50)
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--precision", type=float, default=0.1)
+    ap.add_argument("--batch-sizes", default="1", help="compare's --batch-sizes in the --real run")
     args = ap.parse_args()
     if args.real:
-        real(args.sleep_ms, args.duration, args.precision)
+        real(args.sleep_ms, args.duration, args.precision, args.batch_sizes)
     else:
         simulated(args.seed, args.trials)
 

@@ -74,8 +74,9 @@ def add_parser(sub: Any) -> None:
         "compare",
         help="CPU baseline vs GPU treatment on identical traffic: warm, cold, batch sizes, rates",
         description="Runs the same seeded traffic against a baseline and a treatment server (cpu and cuda by "
-        "default): cold (right after start) and warm, across --batch-sizes and --items, plus a rate "
-        "sweep for capacity at the SLO; then writes the comparison report with the verdict.",
+        "default): warm across --batch-sizes and --items, cold (right after start) at the batch size "
+        "each side chooses, and each side's capacity at the SLO; then writes the comparison report "
+        "with the verdict.",
     )
     flag(c, "--model", default="image", help="built-in model or module:Class")
     flag(c, "--handler-option", action="append", default=[], metavar="KEY=VALUE", help="handler option")
@@ -293,7 +294,7 @@ def run_compare(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    runs = len(batch_sizes) * (2 + len([k for k in cfg.items if k != 1]))
+    runs = len(batch_sizes) * (1 + len([k for k in cfg.items if k != 1])) + 1  # + the chosen batch's cold run
     typical, most = expected_runs(start, cfg.min_rps, cfg.max_rps, cfg.precision)
     steps = len(rates) if rates else typical
     per_run = cfg.duration_s + cfg.warmup_s + RUN_OVERHEAD_S

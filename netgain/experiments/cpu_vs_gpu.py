@@ -1,5 +1,6 @@
-"""``netgain compare``: the same traffic against a CPU baseline and a GPU treatment, warm and cold,
-across server batch sizes and client items per request, then each side's capacity at the SLO: by
+"""``netgain compare``: the same traffic against a CPU baseline and a GPU treatment, warm across
+server batch sizes and client items per request, cold (a fresh server) at the batch size each side
+chooses, then each side's capacity at the SLO: by
 the capacity search (``netgain.experiments.capacity``, the one tune runs) at the side's chosen batch
 size, or, with ``--rates``, by a fixed rate sweep.
 
@@ -23,7 +24,14 @@ from netgain.experiments import capacity
 from netgain.experiments.compare_price import describe, limits_of, price_trace, searched, step_trial
 from netgain.experiments.orchestrate import Placement, ServerProcess, run_load
 from netgain.experiments.progress import Progress
-from netgain.experiments.steps import LoadCrashed, once_more_if_crashed, run_step, search_start, set_aside
+from netgain.experiments.steps import (
+    LoadCrashed,
+    once_more_if_crashed,
+    run_step,
+    search_start,
+    set_aside,
+    warm_step,
+)
 from netgain.experiments.steps import done as _done
 
 
@@ -169,15 +177,16 @@ def run_side(
     os.makedirs(root, exist_ok=True)
     result: dict[str, Any] = {"root": root, "batches": {}, "sweep": []}
     for b in cfg.batch_sizes:
-        runs = {"cold": os.path.join(root, f"b{b}", "cold"), "warm": os.path.join(root, f"b{b}", "warm")}
+        cold = os.path.join(root, f"b{b}", "cold")
+        runs = {"cold": cold} if _done(cold) else {}  # one recorded by an earlier compare stays in the table
+        runs["warm"] = os.path.join(root, f"b{b}", "warm")
         runs.update({f"items{k}": os.path.join(root, f"b{b}", f"items{k}") for k in cfg.items if k != 1})
         result["batches"][b] = runs
-        if all(_done(d) for d in runs.values()) or side.from_dir:
-            for label in runs:
-                progress.step(f"{side.name} {side.device} batch {b} {label}: reused")
-            continue
-        _batch_runs(cfg, side, b, runs, progress)
-    result["best_batch"] = best_batch(cfg, {b: r["warm"] for b, r in result["batches"].items()})
+        _runs_or_reused(cfg, side, b, runs, progress)
+    b = result["best_batch"] = best_batch(cfg, {b: r["warm"] for b, r in result["batches"].items()})
+    if "cold" not in result["batches"][b]:  # only the chosen batch's is priced: a fresh server of its own
+        result["batches"][b] = {"cold": os.path.join(root, f"b{b}", "cold"), **result["batches"][b]}
+        _runs_or_reused(cfg, side, b, {"cold": result["batches"][b]["cold"]}, progress)
     if not cfg.rates:
         return search_side(cfg, side, result, progress, start)
     b = result["best_batch"]
@@ -206,15 +215,25 @@ def run_side(
     return result
 
 
+def _runs_or_reused(cfg: CompareConfig, side: Side, b: int, runs: dict[str, str], progress: Progress) -> None:
+    """``runs`` measured (``_batch_runs``), or reused when all are finished or recorded elsewhere."""
+    if all(_done(d) for d in runs.values()) or side.from_dir:
+        for label in runs:
+            progress.step(f"{side.name} {side.device} batch {b} {label}: reused")
+        return
+    _batch_runs(cfg, side, b, runs, progress)
+
+
 def _batch_runs(cfg: CompareConfig, side: Side, b: int, runs: dict[str, str], progress: Progress) -> None:
-    """One batch size's compared runs, cold first, on one server. A run the load generator made
-    invalid is measured once more, on a fresh server (a cold run needs one): an invalid run is no
-    evidence, and the verdict would be INCONCLUSIVE for a reason another run removes."""
+    """One batch size's compared runs on one server, in order (a cold run first, right after start).
+    A run the load generator made invalid is measured once more, on a fresh server (a cold run needs
+    one): an invalid run is no evidence, and the verdict would be INCONCLUSIVE for a reason another
+    run removes."""
     head = f"{side.name} {side.device} batch {b}"
     todo = [label for label, d in runs.items() if not _done(d)]
     for attempt in range(2):
         redo: dict[str, str] = {}  # label -> why it is measured again
-        span_log = os.path.join(os.path.dirname(runs["warm"]), "spans.jsonl")
+        span_log = os.path.join(os.path.dirname(next(iter(runs.values()))), "spans.jsonl")
         os.makedirs(os.path.dirname(span_log), exist_ok=True)
         with ServerProcess(
             _serve_args(cfg, side, b, span_log),
@@ -278,16 +297,6 @@ def step_dir(root: str, batch: int, rate: float) -> str:
     return os.path.join(root, "search", f"b{batch}", f"r{rate:.6g}")
 
 
-def warm_step(cfg: CompareConfig, warm_dir: str) -> tuple[float, str] | None:
-    """(rate, run) of the compared warm run, which is the search's step at its own rate: the same
-    arrivals, batch size and server, measured longer. None with a trace (a step replays it
-    rescaled), with no --rate given, or while the run is unfinished."""
-    t = cfg.traffic
-    if "--trace" in t or "--rate" not in t or not warm_dir or not _done(warm_dir):
-        return None
-    return float(t[t.index("--rate") + 1]), warm_dir
-
-
 def search_side(
     cfg: CompareConfig, side: Side, result: dict[str, Any], progress: Progress, start: float | None = None
 ) -> dict[str, Any]:
@@ -297,7 +306,7 @@ def search_side(
     root, b = result["root"], result["best_batch"]
     dirs: list[tuple[float, str]] = []
     head = f"{side.name} {side.device} search batch {b}"
-    warm = warm_step(cfg, result["batches"][b]["warm"])
+    warm = warm_step(cfg.traffic, result["batches"][b]["warm"])
     if side.from_dir:
         base = os.path.join(root, "search", f"b{b}")
         names = sorted(os.listdir(base)) if os.path.isdir(base) else []

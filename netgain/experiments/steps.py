@@ -131,3 +131,12 @@ def once_more_if_crashed(run_dir: str, measure: Callable[[], None], say: Callabl
         set_aside(run_dir)
         say(f"{exc}, repeated once")
         measure()
+
+
+def warm_step(traffic: list[str], warm_dir: str) -> tuple[float, str] | None:
+    """(rate, run) of a compare's warm run, which is its search's step at its own rate: the same
+    arrivals (``traffic``), batch size and server, measured longer. None with a trace (a step
+    replays it rescaled), with no --rate given, or while the run is unfinished."""
+    if "--trace" in traffic or "--rate" not in traffic or not warm_dir or not done(warm_dir):
+        return None
+    return float(traffic[traffic.index("--rate") + 1]), warm_dir
