@@ -30,6 +30,7 @@ from netgain.experiments.steps import (
     run_step,
     search_start,
     set_aside,
+    step_dir,
     warm_step,
 )
 from netgain.experiments.steps import done as _done
@@ -290,11 +291,6 @@ def _sweep_load(cfg: CompareConfig, side: Side, target: str, run_dir: str, rate:
         traffic=_with_rate(cfg.traffic, rate),
         duration_s=capacity.step_seconds(cfg.sweep_duration_s, rate),
     )
-
-
-def step_dir(root: str, batch: int, rate: float) -> str:
-    """A search step's run directory: named by its rate, so a resumed search finds it again."""
-    return os.path.join(root, "search", f"b{batch}", f"r{rate:.6g}")
 
 
 def search_side(

@@ -140,3 +140,8 @@ def warm_step(traffic: list[str], warm_dir: str) -> tuple[float, str] | None:
     if "--trace" in traffic or "--rate" not in traffic or not warm_dir or not done(warm_dir):
         return None
     return float(traffic[traffic.index("--rate") + 1]), warm_dir
+
+
+def step_dir(root: str, batch: int, rate: float) -> str:
+    """A search step's run directory: named by its rate, so a resumed search finds it again."""
+    return os.path.join(root, "search", f"b{batch}", f"r{rate:.6g}")
