@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -111,6 +112,20 @@ def test_cheaper_but_worse_tail_is_no_gain(runs: dict[str, Path]) -> None:
     )
     assert r["verdict"]["net_gain"] is False
     assert any("> allowed" in x for x in r["verdict"]["reasons"])
+
+
+def test_a_baseline_over_the_slo_at_the_compared_rate_is_named_as_the_bar(runs: dict[str, Path]) -> None:
+    kw: dict[str, Any] = {"baseline_dir": runs["cpu"], "price_per_hour": 0.5, "baseline_price_per_hour": 1.0}
+    over = build_report(runs["gpu"], slo_p99_ms=1.0, bootstrap=0, **kw)["verdict"]["reasons"]
+    (line,) = [x for x in over if x.startswith("treatment p99 ")]
+    assert line.endswith(
+        "(max of SLO 1.0 and baseline p99 upper CI; "
+        "the baseline misses the SLO at this rate, so the bar is its tail)"
+    )
+    within = build_report(runs["gpu"], slo_p99_ms=1000.0, bootstrap=0, **kw)["verdict"]["reasons"]
+    assert any(
+        x.endswith("<= allowed 1000.000 ms (max of SLO 1000.0 and baseline p99 upper CI)") for x in within
+    )
 
 
 def test_missing_price_is_no_verdict(runs: dict[str, Path]) -> None:
