@@ -184,13 +184,13 @@ def run_side(
         runs.update({f"items{k}": os.path.join(root, f"b{b}", f"items{k}") for k in cfg.items if k != 1})
         result["batches"][b] = runs
         _runs_or_reused(cfg, side, b, runs, progress)
-    b = result["best_batch"] = best_batch(cfg, {b: r["warm"] for b, r in result["batches"].items()})
+    b = result["best_batch"] = best_batch(cfg, {k: r["warm"] for k, r in result["batches"].items()})
     if "cold" not in result["batches"][b]:  # only the chosen batch's is priced: a fresh server of its own
-        result["batches"][b] = {"cold": os.path.join(root, f"b{b}", "cold"), **result["batches"][b]}
-        _runs_or_reused(cfg, side, b, {"cold": result["batches"][b]["cold"]}, progress)
+        cold = os.path.join(root, f"b{b}", "cold")
+        result["batches"][b] = {"cold": cold, **result["batches"][b]}
+        _runs_or_reused(cfg, side, b, {"cold": cold}, progress)
     if not cfg.rates:
         return search_side(cfg, side, result, progress, start)
-    b = result["best_batch"]
     sweep = [os.path.join(root, "sweep", f"b{b}-r{r:g}") for r in cfg.rates]
     result["sweep"] = sweep
     result["sweep_rates"] = list(cfg.rates)
