@@ -10,6 +10,7 @@ import pytest
 from netgain.experiments.capacity import (
     P99_SAMPLES,
     STEP_REQUESTS,
+    Capacity,
     Trial,
     expected_runs,
     from_trials,
@@ -356,7 +357,6 @@ def test_runs_recorded_elsewhere_count_their_warm_run_as_the_step_at_its_rate(tm
 
 def test_a_capacity_whose_last_held_run_had_too_few_requests_says_so() -> None:
     from netgain.cli.experiments import _capacity_words
-    from netgain.experiments.compare_price import describe
 
     def run(rate: float) -> Trial:  # a slow side: a 30 s window at ~2.7 req/s holds ~83 requests
         held = rate <= 2.8
@@ -368,7 +368,7 @@ def test_a_capacity_whose_last_held_run_had_too_few_requests_says_so() -> None:
     assert cap.last_held is not None and cap.last_held <= 2.8 and cap.held_samples == int(cap.last_held * 30)
     assert thin(cap.held_samples)
     words = f"rests on {cap.held_samples} successful requests (a p99 needs {P99_SAMPLES}"
-    assert words in describe(cap) and words in _capacity_words(cap.to_dict())
+    assert words in cap.words() and words in _capacity_words(cap.to_dict())
     # Enough requests behind the held rate, or none recorded (older runs): nothing added.
     plenty = from_trials(
         [
@@ -380,6 +380,10 @@ def test_a_capacity_whose_last_held_run_had_too_few_requests_says_so() -> None:
         precision=0.1,
     )
     assert (plenty.last_held, plenty.held_samples, thin(plenty.held_samples)) == (20, 600, False)
-    assert "rests on" not in describe(plenty) and "rests on" not in _capacity_words(plenty.to_dict())
+    assert "rests on" not in plenty.words() and "rests on" not in _capacity_words(plenty.to_dict())
     older = {**cap.to_dict(), "held_samples": None}
     assert "rests on" not in _capacity_words(older)
+    # One wording for the progress line and the CLI's CAPACITY line, whatever the bracket.
+    for c in (cap, plenty, Capacity(None, None, None, 1, 100, 0.1, 5, reached_floor=True)):
+        assert Capacity.from_dict(c.to_dict()) == c and _capacity_words(c.to_dict()) == c.words()
+    assert "at no rate down to 1 req/s" in _capacity_words({"reached_floor": True, "floor_rps": 1, "runs": 5})

@@ -378,22 +378,9 @@ def print_compare(reports: dict[str, Report], rows: list[list[Any]], out: str) -
 
 
 def _capacity_words(cap: dict[str, Any]) -> str:
-    from netgain.experiments.capacity import thin_words
+    from netgain.experiments.capacity import Capacity
 
-    if cap.get("reached_floor"):
-        return f"meets the SLO at no rate down to {cap['floor_rps']:g} req/s ({cap['runs']} runs)"
-    if cap.get("capacity_rps") is None:
-        return f"unknown ({cap.get('runs', 0)} runs)"
-    if cap.get("unbounded"):
-        top = "held up to the ceiling"
-    elif cap.get("first_missed") is None:  # runs recorded elsewhere that all held
-        top = "no higher rate measured"
-    else:
-        top = f"first missed {cap['first_missed']:.4g}"
-    return (
-        f"{cap['capacity_rps']:.4g} req/s at the SLO (last held {cap['last_held']:.4g} req/s, {top}; "
-        f"{cap['runs']} runs{thin_words(int(cap.get('held_samples') or 0))})"
-    )
+    return Capacity.from_dict(cap).words()
 
 
 def _fmt(x: Any) -> str:

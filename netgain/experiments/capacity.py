@@ -64,6 +64,32 @@ class Capacity:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "known": self.known}
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Capacity:
+        """The inverse of to_dict (a report's ``compare.capacity``): unknown keys ignored, missing
+        ones (an older report's) taken as unmeasured."""
+        base: dict[str, Any] = dict.fromkeys(("capacity_rps", "last_held", "first_missed"))
+        base.update(floor_rps=0.0, ceiling_rps=0.0, precision=0.0, runs=0)
+        names = cls.__dataclass_fields__
+        return cls(**{**base, **{k: v for k, v in d.items() if k in names and v is not None}})
+
+    def words(self) -> str:
+        """The capacity with its bracket, in words (compare's progress and its CAPACITY lines)."""
+        if self.reached_floor:
+            return f"meets the SLO at no rate down to {self.floor_rps:g} req/s ({self.runs} runs)"
+        if self.capacity_rps is None or self.last_held is None:
+            return f"unknown ({self.runs} runs)"
+        if self.unbounded:
+            top = f"held up to the ceiling, {self.ceiling_rps:g} req/s"
+        elif self.first_missed is None:  # runs recorded elsewhere that all held: nothing above measured
+            top = "no higher rate measured"
+        else:
+            top = f"first missed {self.first_missed:.4g} req/s"
+        return (
+            f"{self.capacity_rps:.4g} req/s at the SLO (last held {self.last_held:.4g} req/s, "
+            f"{top}; {self.runs} runs{thin_words(self.held_samples or 0)})"
+        )
+
 
 # The fewest successful requests that bound a p99 at 95 % confidence (the reports' enough_samples).
 P99_SAMPLES = math.ceil(math.log(0.05) / math.log(0.99))

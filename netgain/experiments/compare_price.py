@@ -16,24 +16,6 @@ if TYPE_CHECKING:
     from netgain.experiments.cpu_vs_gpu import CompareConfig
 
 
-def describe(cap: capacity.Capacity) -> str:
-    """A capacity with its bracket, in words."""
-    if cap.reached_floor:
-        return f"held the SLO at no rate down to the floor, {cap.floor_rps:g} req/s ({cap.runs} runs)"
-    if cap.capacity_rps is None:
-        return f"capacity unknown ({cap.runs} runs)"
-    if cap.unbounded:
-        top = f"held up to the ceiling, {cap.ceiling_rps:g} req/s"
-    elif cap.first_missed is None:  # runs recorded elsewhere that all held: nothing above measured
-        top = "no higher rate measured"
-    else:
-        top = f"first missed {cap.first_missed:.4g} req/s"
-    return (
-        f"capacity {cap.capacity_rps:.4g} req/s at the SLO (last held {cap.last_held:.4g} req/s, "
-        f"{top}; {cap.runs} runs{capacity.thin_words(cap.held_samples)})"
-    )
-
-
 def searched(sides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]] | None:
     """Both sides' capacity brackets when both were found by the search, else None (a fixed sweep)."""
     if not all("capacity" in sides[n] for n in ("baseline", "treatment")):

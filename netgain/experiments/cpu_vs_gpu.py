@@ -21,7 +21,7 @@ from typing import Any
 from netgain.contract.report import Report, Sweep
 from netgain.errors import NetgainError
 from netgain.experiments import capacity
-from netgain.experiments.compare_price import describe, limits_of, price_trace, searched, step_trial
+from netgain.experiments.compare_price import limits_of, price_trace, searched, step_trial
 from netgain.experiments.orchestrate import Placement, ServerProcess, run_load
 from netgain.experiments.progress import Progress
 from netgain.experiments.steps import (
@@ -377,7 +377,7 @@ def search_side(
     result["sweep"] = [d for _, d in dirs]
     result["sweep_rates"] = [r for r, _ in dirs]
     result["capacity"] = cap.to_dict()
-    print(f"{head}: {describe(cap)}", file=sys.stderr, flush=True)
+    print(f"{head} capacity: {cap.words()}", file=sys.stderr, flush=True)
     return result
 
 
