@@ -67,14 +67,14 @@ class TestServerTiming:
     )
     def test_trailer_encoder_writes_what_encode_phases_writes(self, requests: list) -> None:
         """Batches answered in runs, a device part or batch entry reused or not, requests missing
-        phases: the same text."""
+        phases: the same text, as ASCII bytes."""
         enc = TrailerEncoder()
         for (q, pre, post), (h2d, kernel, d2h), total, missing, (batch_id, size) in requests:
             spans = dict(zip(PHASES, (q, pre, h2d, kernel, d2h, post), strict=True))
             for phase in missing:
                 del spans[phase]
             expected = encode_phases([spans.get(k, 0) for k in PHASES], total, batch_id, size)
-            assert enc.encode(spans, total, batch_id, size) == expected
+            assert enc.encode(spans, total, batch_id, size) == expected.encode("ascii")
 
     def test_parse_w3c_variants(self) -> None:
         value = 'cache;desc="hit", db;dur="53.2";desc=x,  app ; dur = 47.2 ,, '
