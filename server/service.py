@@ -150,9 +150,10 @@ class InferenceServicer:
         self._anon += 1
         return f"{self._prefix}{self._anon}", None
 
-    def _trailers(self, p: Pending, total_ns: int) -> tuple[tuple[str, str], ...]:
+    def _trailers(self, p: Pending, total_ns: int) -> tuple[tuple[str, str | bytes], ...]:
         if not self.instrumented:
             return ((REQUEST_ID_KEY, p.request_id),)
+        timing: str | bytes
         if p.timing_head:  # the pipeline formatted all but post and total
             timing = trailer_value(p.timing_head, p.spans["post"], total_ns, p.batch_id, p.batch_size)
         else:

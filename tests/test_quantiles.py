@@ -78,6 +78,24 @@ def test_histogram_quantile_is_the_upper_edge_of_the_nearest_rank_bucket() -> No
     assert set(DURATION_BUCKETS) <= set(LIVE_BOUNDS.tolist())
 
 
+def test_histogram_add_rows_counts_each_column_into_its_series() -> None:
+    """Columns into series in any order, a subset of them, values on bounds: the counts and sums of
+    adding each column to its series alone, and each value's bucket."""
+    rng = np.random.default_rng(11)
+    bounds = list(DURATION_BUCKETS)
+    rows, by_column = Histogram(bounds, series=5), Histogram(bounds, series=5)
+    for series in ((0, 1, 2, 3, 4), (3, 0, 4), (2,), (3, 0, 4)):
+        values = rng.lognormal(np.log(2e-3), 3.0, size=(int(rng.integers(0, 40)), len(series)))
+        if len(values):
+            values[0] = bounds[int(rng.integers(len(bounds)))]
+        idx = rows.add_rows(values, series)
+        for c, s in enumerate(series):
+            by_column.add(values[:, c], s)
+            assert idx[:, c].tolist() == np.searchsorted(bounds, values[:, c], side="left").tolist()
+    assert rows.counts.tolist() == by_column.counts.tolist()
+    assert rows.sums.tolist() == pytest.approx(by_column.sums.tolist(), rel=1e-15)
+
+
 def test_shared_by_both_sides_without_torch_or_the_server() -> None:
     import subprocess
     import sys

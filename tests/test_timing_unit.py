@@ -60,19 +60,21 @@ class TestServerTiming:
                 st.sampled_from([(0, 31_234, 0), (0, 31_235, 0), (1_500, 2_000_500, 999)]),  # a batch's
                 st.integers(0, 10**12),
                 st.sets(st.sampled_from(PHASES), max_size=2),  # phases a failed request never reached
+                st.sampled_from([(7, 32), (8, 32), (8, 5), (-1, 0)]),  # batch id and size
             ),
             max_size=40,
         )
     )
     def test_trailer_encoder_writes_what_encode_phases_writes(self, requests: list) -> None:
-        """Batches answered in runs, a device part reused or not, requests missing phases: the same text."""
+        """Batches answered in runs, a device part or batch entry reused or not, requests missing
+        phases: the same text, as ASCII bytes."""
         enc = TrailerEncoder()
-        for (q, pre, post), (h2d, kernel, d2h), total, missing in requests:
+        for (q, pre, post), (h2d, kernel, d2h), total, missing, (batch_id, size) in requests:
             spans = dict(zip(PHASES, (q, pre, h2d, kernel, d2h, post), strict=True))
             for phase in missing:
                 del spans[phase]
-            expected = encode_phases([spans.get(k, 0) for k in PHASES], total, 7, 32)
-            assert enc.encode(spans, total, 7, 32) == expected
+            expected = encode_phases([spans.get(k, 0) for k in PHASES], total, batch_id, size)
+            assert enc.encode(spans, total, batch_id, size) == expected.encode("ascii")
 
     def test_parse_w3c_variants(self) -> None:
         value = 'cache;desc="hit", db;dur="53.2";desc=x,  app ; dur = 47.2 ,, '

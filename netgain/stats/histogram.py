@@ -74,6 +74,7 @@ class Histogram:
         self.counts = np.zeros((series, len(self.bounds) + 1), dtype=np.int64)
         self.sums = np.zeros(series, dtype=np.float64)
         self.lock = threading.RLock()
+        self._series_offsets: dict[tuple[int, ...], np.ndarray] = {}  # add_rows's, per series tuple
 
     @property
     def total(self) -> int:
@@ -107,13 +108,20 @@ class Histogram:
         """``values`` of shape (n, len(series)), column c into series ``series[c]`` (no NaNs);
         returns each value's bucket index, same shape."""
         idx = np.searchsorted(self.bounds, values, side="left")  # first bound >= value: le semantics
-        per_series = [np.bincount(idx[:, c], minlength=self.counts.shape[1]) for c in range(len(series))]
-        sums = values.sum(axis=0)
+        # One bincount over every series: series s's buckets are offset by s rows of the counts.
+        counts = np.bincount((idx + self._offsets(series)).ravel(), minlength=self.counts.size)
+        sums = np.bincount(series, weights=values.sum(axis=0), minlength=len(self.sums))
         with self.lock:
-            for c, s in enumerate(series):
-                self.counts[s] += per_series[c]
-                self.sums[s] += sums[c]
+            self.counts += counts.reshape(self.counts.shape)
+            self.sums += sums
         return idx
+
+    def _offsets(self, series: Sequence[int]) -> np.ndarray:
+        key = tuple(series)
+        offsets = self._series_offsets.get(key)
+        if offsets is None:
+            offsets = self._series_offsets[key] = np.asarray(key, dtype=np.int64) * self.counts.shape[1]
+        return offsets
 
     def add_repeated(self, series: Sequence[int], values: Sequence[float], count: int) -> None:
         """``count`` values equal to ``values[c]`` into each ``series[c]``: one bucket lookup per

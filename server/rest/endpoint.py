@@ -49,14 +49,19 @@ HEADERS_TOO_LARGE = 431
 BACKLOG = 1024  # connections the kernel queues before accept: a burst of new clients, not 128
 
 
+def as_headers(trailers: Iterable[tuple[str, str | bytes]]) -> tuple[tuple[str, str], ...]:
+    """The servicer's trailers as HTTP headers: a value it gives as bytes (gRPC's own form) is ASCII."""
+    return tuple((k, v.decode("ascii") if isinstance(v, bytes) else v) for k, v in trailers)
+
+
 class Aborted(Exception):
     """``context.abort`` of an HTTP call: the request failed with this code, message and trailers."""
 
-    def __init__(self, code: str, message: str, trailers: Iterable[tuple[str, str]]) -> None:
+    def __init__(self, code: str, message: str, trailers: Iterable[tuple[str, str | bytes]]) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
-        self.trailers = tuple(trailers)
+        self.trailers = as_headers(trailers)
 
 
 class HttpCall:
@@ -75,8 +80,8 @@ class HttpCall:
     def time_remaining(self) -> float | None:
         return None
 
-    def set_trailing_metadata(self, trailers: Iterable[tuple[str, str]]) -> None:
-        self.trailers = tuple(trailers)
+    def set_trailing_metadata(self, trailers: Iterable[tuple[str, str | bytes]]) -> None:
+        self.trailers = as_headers(trailers)
 
     async def abort(self, code: grpc.StatusCode, message: str, trailing_metadata: Any = ()) -> None:
         raise Aborted(code.name, message, trailing_metadata)
