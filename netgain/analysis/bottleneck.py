@@ -49,8 +49,11 @@ DEVICE_IDLE = 0.50
 WORKER_CPU_SATURATED = 0.90
 NEAR_CAPACITY = "near capacity: no backlog has built yet"
 
+# The gpu-bound action in two parts, so the precision lever goes between them (``precision_lever``).
+GPU_BOUND_BATCH = "batch more (--max-batch-size, --max-queue-delay-ms)"
+GPU_BOUND_SCALE = "then a bigger device or more replicas"
 ACTIONS = {
-    "gpu-bound": "batch more (--max-batch-size, --max-queue-delay-ms), then a bigger device or more replicas",
+    "gpu-bound": f"{GPU_BOUND_BATCH}, {GPU_BOUND_SCALE}",
     "cpu-bound": "more cores for the model (--intra-op-threads, a bigger instance) or move the model "
     "to a GPU",
     "interpreter": "more processes (netgain serve --workers N: one interpreter each), or take the work "
@@ -308,7 +311,9 @@ def classify(
     if precision_lever:
         for k in kinds:
             if k["kind"] == "gpu-bound":
-                k["action"] = k["action"].replace(", then a bigger", f", {LOWER_PRECISION}, then a bigger")
+                k["action"] = k["action"].replace(
+                    ACTIONS["gpu-bound"], f"{GPU_BOUND_BATCH}, {LOWER_PRECISION}, {GPU_BOUND_SCALE}"
+                )
     first = kinds[0]
     interp = cpu.get("interpreter") or {}
     return {
