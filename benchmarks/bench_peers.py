@@ -46,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import table
+from benchmarks.common import pinned, table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -59,11 +59,6 @@ class Peer:
     config: dict[str, Any]  # what it runs with, printed and written: the fairness is stated
     start: Callable[[contextlib.ExitStack], str]  # starts the server, returns the load target
     load_args: list[str] = field(default_factory=list)  # protocol flags for netgain load
-
-
-def _pinned(cpus: list[int]) -> Callable[[], None]:
-    chosen = set(cpus)
-    return lambda: os.sched_setaffinity(0, chosen)
 
 
 def _free_port() -> int:
@@ -79,7 +74,7 @@ def _peer_process(
     env = dict(os.environ, PYTHONPATH=_pythonpath())
     # torch's intra-op threads, set explicitly as netgain serve sets its own
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    with open(log, "ab") as out:
+    with open(log, "ab") as out, pinned(set(cpus)):  # not a preexec_fn: fork() runs gRPC's at-fork handler
         proc = subprocess.Popen(
             [python, os.path.join(HERE, "peer_servers.py"), *args],
             stdout=out,
@@ -87,7 +82,6 @@ def _peer_process(
             stdin=subprocess.DEVNULL,
             env=env,
             cwd=os.path.dirname(log),
-            preexec_fn=_pinned(cpus),
             start_new_session=True,
         )
     stack.callback(_stop_group, proc)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from conftest import run_netgain
 
@@ -15,7 +18,7 @@ from netgain.errors import NetgainError
 from netgain.experiments import cpu_vs_gpu as compare
 from netgain.experiments.cpu_vs_gpu import CompareConfig, Side, _with_rate, best_batch
 from netgain.experiments.drill import distribution
-from netgain.experiments.orchestrate import Placement, choose_placement, parse_cpus
+from netgain.experiments.orchestrate import Placement, choose_placement, parse_cpus, pinned
 
 
 def netgain(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
@@ -96,6 +99,26 @@ def test_placement_keeps_the_load_generator_off_the_servers_cores() -> None:
         choose_placement("x", "auto", sixteen)
     with pytest.raises(NetgainError, match="leave one side no core"):
         choose_placement("all", "auto", sixteen)
+
+
+def test_pinned_children_run_on_the_cores_given_and_the_thread_gets_its_own_back() -> None:
+    """After this process has used a gRPC channel, as compare has when it starts a load run: the
+    child runs on the core given (within a bounded wait: a fork() under a preexec_fn once blocked
+    a compare forever in gRPC's at-fork handler) and the calling thread's cores are restored."""
+    before = os.sched_getaffinity(0)
+    core = max(before)
+    with grpc.insecure_channel("127.0.0.1:1") as channel, pytest.raises(grpc.FutureTimeoutError):
+        grpc.channel_ready_future(channel).result(timeout=0.5)  # nothing listens there: refused
+    show = "import os; print(sorted(os.sched_getaffinity(0)))"
+    for _ in range(3):
+        with pinned([core]):
+            out = subprocess.run(
+                [sys.executable, "-c", show], capture_output=True, text=True, timeout=60, check=True
+            ).stdout
+        assert out.strip() == str([core])
+        assert os.sched_getaffinity(0) == before
+    with pinned(None):
+        assert os.sched_getaffinity(0) == before
 
 
 def test_compare_refuses_without_prices_or_gpu(tmp_path: Path) -> None:

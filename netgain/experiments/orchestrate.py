@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -104,12 +105,21 @@ def choose_placement(
     return Placement(server, load)
 
 
-def pinned(cpus: Sequence[int] | None) -> Callable[[], None] | None:
-    """A child's preexec_fn that moves it to ``cpus`` before it runs (None: where the parent is)."""
+@contextlib.contextmanager
+def pinned(cpus: Sequence[int] | None) -> Iterator[None]:
+    """Children started inside run on ``cpus`` (None: where the parent is): the calling thread's
+    affinity, which a child inherits, is set and then restored. Not a preexec_fn: with one,
+    subprocess forks instead of vforking, and fork() runs gRPC's at-fork handler, which can block
+    forever in a process that has used a channel."""
     if not cpus:
-        return None
-    chosen = set(cpus)
-    return lambda: os.sched_setaffinity(0, chosen)
+        yield
+        return
+    before = os.sched_getaffinity(0)  # pid 0: this thread only, on Linux
+    os.sched_setaffinity(0, set(cpus))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 class ServerProcess:
@@ -158,13 +168,10 @@ class ServerProcess:
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
         self._log_from = os.path.getsize(self.log_path) if self.log_path else 0
         self.spawned_at = time.time()
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=out,
-            stderr=subprocess.STDOUT if self.log_path else None,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=pinned(self.cpus),
-        )
+        with pinned(self.cpus):
+            self.proc = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT if self.log_path else None, stdin=subprocess.DEVNULL
+            )
         deadline = time.monotonic() + 60.0
         while not os.path.exists(self.ports_file):
             if self.proc.poll() is not None:
@@ -273,10 +280,5 @@ def run_load(
         cmd.append("--quiet")
     if force:
         cmd.append("--force")
-    return subprocess.run(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=stdout,
-        check=False,
-        preexec_fn=pinned(cpus),
-    ).returncode
+    with pinned(cpus):
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=stdout, check=False).returncode

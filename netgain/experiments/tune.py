@@ -122,13 +122,8 @@ def load_and_report(
         "--workers", str(load_workers), "--connections", str(connections), "--model", model,
         "--out", out, "--force", "--quiet", "--seed", str(seed), "--timeout-s", "5",
     ]  # fmt: skip
-    subprocess.run(
-        _netgain(*load),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        check=False,
-        preexec_fn=pinned(cpus),
-    )
+    with pinned(cpus):
+        subprocess.run(_netgain(*load), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=False)
     subprocess.run(_netgain("report", out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     if not os.path.exists(os.path.join(out, "report.json")):
         return None
