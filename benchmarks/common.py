@@ -14,13 +14,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Benchmarks start the server inside one ``pinned`` block and the clients inside another, so the
+# two never share a core and scheduler placement stops being a source of run-to-run noise.
+from netgain.experiments.orchestrate import pinned as pinned
 
 
 @dataclass
@@ -300,23 +304,6 @@ def null_servers(
         sp.wait_ready()
         wait_metric_ready(sp.metrics_port, sp.ready_timeout_s)
     return ",".join(sp.target for sp in servers)
-
-
-@contextlib.contextmanager
-def pinned(cpus: set[int] | None) -> Iterator[None]:
-    """Processes started inside inherit ``cpus`` as their CPU affinity (None: no change).
-
-    Benchmarks start the server inside one ``pinned`` block and the clients inside another, so the
-    two never share a core and scheduler placement stops being a source of run-to-run noise."""
-    if not cpus:
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 def split_cpus(server_share: int) -> tuple[set[int] | None, set[int] | None]:

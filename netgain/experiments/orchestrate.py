@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -106,7 +106,7 @@ def choose_placement(
 
 
 @contextlib.contextmanager
-def pinned(cpus: Sequence[int] | None) -> Iterator[None]:
+def pinned(cpus: Collection[int] | None) -> Iterator[None]:
     """Children started inside run on ``cpus`` (None: where the parent is): the calling thread's
     affinity, which a child inherits, is set and then restored. Not a preexec_fn: with one,
     subprocess forks instead of vforking, and fork() runs gRPC's at-fork handler, which can block
