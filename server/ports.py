@@ -10,6 +10,10 @@ listens. So the check is made under a per-port claim, held until the server's ow
 listen (``release_claims``): on Linux an abstract Unix socket named after the port (scoped,
 like the port, to the network namespace; freed by the kernel when its holder dies). A second
 start waits for the claim, then fails the check.
+
+A port the kernel chooses (``--port 0``) is held by a socket bound with SO_REUSEPORT and never
+listening, until the frontends listen: otherwise any connect() on the host may take it as its
+ephemeral source port in between, and every frontend fails to bind.
 """
 
 from __future__ import annotations
@@ -39,6 +43,20 @@ def _check(host: str, port: int, flag: str = "--port") -> int:
                 ) from None
             raise ValueError(f"--host {host} {flag} {port}: cannot bind ({exc.strerror})") from None
         return int(s.getsockname()[1])
+
+
+def _reserve(host: str) -> socket.socket:
+    """A port chosen by the kernel, kept bound (not listening): the frontends' SO_REUSEPORT sockets
+    may join it, a connect() may not take it."""
+    family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        s.bind((host, 0))
+    except OSError as exc:
+        s.close()
+        raise ValueError(f"--host {host}: cannot bind ({exc.strerror})") from None
+    return s
 
 
 def _take_claim(
@@ -76,6 +94,16 @@ def claim_port(
     """The port to serve on (a free one for 0, none of ``taken``: ports this server claimed
     already), claimed until ``release_claims``; ValueError naming ``flag`` and the port when it is
     served already."""
+    if port == 0 and hasattr(socket, "SO_REUSEPORT"):
+        reserved = _reserve(host)
+        port = int(reserved.getsockname()[1])
+        try:
+            claim = _take_claim(port, wait_s, clock, sleep, flag)
+        except ValueError:
+            reserved.close()
+            raise
+        _HELD.extend(s for s in (claim, reserved) if s is not None)
+        return port
     if port == 0:
         port = _check(host, 0, flag)
         while port in taken:  # the kernel may offer a port claimed but not yet listened on

@@ -8,6 +8,8 @@ floods them for real; every wait polls a condition with a bound.
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import os
 import signal
 import socket
@@ -65,6 +67,30 @@ def test_a_port_claim_is_exclusive_until_released() -> None:
         release_claims()
     assert claim_port("127.0.0.1", port) == port
     release_claims()
+
+
+def test_a_port_the_kernel_chose_stays_ours_until_the_frontends_listen() -> None:
+    """Between choosing a free port and the frontends listening, nothing else may bind it (a
+    connect() would take it as its source port and every frontend fail to bind), while the
+    frontends' SO_REUSEPORT gRPC servers can; released, no socket of the claim keeps it."""
+    port = claim_port("127.0.0.1", 0)
+    try:
+        with socket.socket() as other, pytest.raises(OSError) as exc:
+            other.bind(("127.0.0.1", port))
+        assert exc.value.errno == errno.EADDRINUSE
+
+        async def serve_once() -> int:
+            server = grpc.aio.server(options=[("grpc.so_reuseport", 1)])
+            bound = server.add_insecure_port(f"127.0.0.1:{port}")
+            await server.start()
+            await server.stop(None)
+            return bound
+
+        assert asyncio.run(serve_once()) == port
+    finally:
+        release_claims()
+    with socket.socket() as after:
+        after.bind(("127.0.0.1", port))
 
 
 def _free_port() -> int:
