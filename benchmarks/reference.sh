@@ -8,7 +8,7 @@
 # layout: benchmarks/bench_cpu_layout.py on the treatment device (channels-last convolutions).
 # Prices assumed (USD/hour, see docs/reference/README.md): CPU baseline, a 16-vCPU
 # general-purpose instance, 0.68; GPU treatment, one H200 GPU with its share of host, 3.50.
-set -u
+set -u -o pipefail  # a compare that fails fails its step, through tee and tail
 . benchmarks/host_env.sh
 OUT=${OUT:-/tmp/netgain-out}
 REF=${REF:-/tmp/reference}
@@ -30,6 +30,7 @@ cmp() {  # name, compare flags...; progress appends, so a compare resumed over c
   python3 -m netgain.cli compare "$@" "${common[@]}" --out "$REF/$name" 2>>"$REF/$name.progress.txt" \
     | tee "$REF/$name.txt" | tail -n 40
 }
+failed=()
 for step in ${REF_STEPS:-text image resnet50 bert-base}; do
   echo "=== $step $(date -u +%T)"
   case $step in
@@ -42,9 +43,9 @@ for step in ${REF_STEPS:-text image resnet50 bert-base}; do
       else cmp "$step" "${text[@]}" --trace "$REF/trace-gamma-cv3.csv"; fi ;;
     text-azure)  # a public production trace (docs/traces.md): its shape at a mean of 200 req/s
       python3 -m netgain.cli trace import "${AZURE_CODE:-runs/public/AzureLLMInferenceTrace_code.csv}" \
-        --format azure-llm-2023 --out "$REF/trace-azure-code.csv" >/dev/null || continue
+        --format azure-llm-2023 --out "$REF/trace-azure-code.csv" >/dev/null &&
       python3 -m netgain.cli trace rescale "$REF/trace-azure-code.csv" --rate 200 \
-        --out "$REF/trace-azure-code-200.csv" >/dev/null || continue
+        --out "$REF/trace-azure-code-200.csv" >/dev/null &&
       cmp "$step" "${text[@]}" --trace "$REF/trace-azure-code-200.csv" ;;
     confirm-image) python3 benchmarks/bench_confirm.py "$REF/image" --model image --device "$DEV" \
         2>&1 | tee "$REF/confirm-image.txt" | tail -n 12 ;;
@@ -58,8 +59,10 @@ for step in ${REF_STEPS:-text image resnet50 bert-base}; do
         --max-batch 64 --threads 4 2>&1 | tee "$REF/warmup.txt" | tail -n 12 ;;
     layout) python3 benchmarks/bench_cpu_layout.py --device "$DEV" --models image,resnet50 --batches 1,4,16,64 \
         --threads 4 --reps 20 2>&1 | tee "$REF/layout.txt" | tail -n 12 ;;
-    *) echo "unknown step $step" ;;
+    *) echo "unknown step $step"; false ;;
   esac
+  [ $? -eq 0 ] || failed+=("$step")
   archive
 done
 ls -la "$OUT"
+[ ${#failed[@]} -eq 0 ] || { echo "reference.sh: failed steps: ${failed[*]}" >&2; exit 1; }
