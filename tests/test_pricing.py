@@ -63,3 +63,23 @@ def test_fleets_price_a_trace_by_hand() -> None:
     assert a["cost_per_1k"] == pytest.approx(0.088 / 6) and a["requests_at_risk"] == pytest.approx(600.0)
     with pytest.raises(ValueError):
         fleets([], bin_s=1.0, capacity_rps=1.0, price_per_hour=1.0, cold_start_s=0.0)
+
+
+def test_the_trace_line_says_when_following_costs_more_than_the_peak_fleet() -> None:
+    """Above: following (88 instance-seconds) is cheaper than the peak fleet (120), and the line
+    says nothing more. A 2 s spike to 300 req/s in 4 s with a 4 s cold start: the peak fleet is 3
+    x 4 = 12 instance-seconds, following 1 + 3 + 1 + 1 = 6 plus 2 scale-ups x 4 = 14, and the line
+    says why it costs more."""
+    from netgain.cli.experiments import _trace_words
+
+    cheap = fleets([50, 250, 250, 50], bin_s=10.0, capacity_rps=100.0, price_per_hour=3.6, cold_start_s=4.0)
+    line = _trace_words("baseline", cheap)
+    assert line.startswith(
+        "TRACE baseline: peak-sized fleet 3 replicas, 0.02/1k; following the trace up to 3"
+    )
+    assert "more than the peak-sized fleet" not in line
+    spiky = fleets([50, 300, 50, 50], bin_s=1.0, capacity_rps=100.0, price_per_hour=3.6, cold_start_s=4.0)
+    assert (spiky["peak"]["instance_seconds"], spiky["autoscaled"]["instance_seconds"]) == (12.0, 14.0)
+    assert _trace_words("baseline", spiky).endswith(
+        "(2 scale-ups of 4.0 s): more than the peak-sized fleet, as each scale-up bills its cold start"
+    )

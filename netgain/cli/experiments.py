@@ -344,12 +344,7 @@ def print_compare(reports: dict[str, Report], rows: list[list[Any]], out: str) -
         print(line(cross))
     for name, f in (reports["warm"].get("trace_cost") or {}).items():
         if isinstance(f, dict):
-            print(
-                f"TRACE {name}: peak-sized fleet {f['peak']['replicas']} replicas, "
-                f"{_fmt(f['peak']['cost_per_1k'])}/1k; following the trace up to "
-                f"{f['autoscaled']['max_replicas']} replicas, {_fmt(f['autoscaled']['cost_per_1k'])}/1k "
-                f"({f['autoscaled']['scale_ups']} scale-ups of {f['autoscaled']['cold_start_s']:.1f} s)"
-            )
+            print(_trace_words(name, f))
     from netgain.experiments.compare_price import limit_lines
 
     for text in limit_lines(reports["warm"].get("compare", {}).get("limits", [])):
@@ -381,6 +376,20 @@ def _capacity_words(cap: dict[str, Any]) -> str:
     from netgain.experiments.capacity import Capacity
 
     return Capacity.from_dict(cap).words()
+
+
+def _trace_words(name: str, f: dict[str, Any]) -> str:
+    """A side's TRACE line: the fleet sized for the trace's peak and the one following it, saying
+    when following costs more (a short or spiky trace, where each scale-up's cold start is billed)."""
+    peak, auto = f["peak"], f["autoscaled"]
+    line = (
+        f"TRACE {name}: peak-sized fleet {peak['replicas']} replicas, {_fmt(peak['cost_per_1k'])}/1k; "
+        f"following the trace up to {auto['max_replicas']} replicas, {_fmt(auto['cost_per_1k'])}/1k "
+        f"({auto['scale_ups']} scale-ups of {auto['cold_start_s']:.1f} s)"
+    )
+    if auto["instance_seconds"] > peak["instance_seconds"]:
+        line += ": more than the peak-sized fleet, as each scale-up bills its cold start"
+    return line
 
 
 def _fmt(x: Any) -> str:
