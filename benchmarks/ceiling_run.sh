@@ -6,7 +6,9 @@ set -u
 # image: the default layout against 3 frontends + 7 pre-processing processes (auto gave 2 + 8 on one
 # H100 host, 3 + 7 on another: it follows one item's pre-processing time at start-up);
 # image-gpudecode: the default against the device process alone on a core (does the batched nvJPEG
-# call's CPU side, in the device process, wait for cores shared with 8 frontends?).
+# call's CPU side, in the device process, wait for cores shared with 8 frontends?);
+# resnet50: the default against the device process alone on a core and against one CUDA graph
+# launch per batch (its time per batch grew with the load on the cores it shared).
 C="--duration 6 --warmup-s 2 --step 0.1 --pre-seconds 3"
 for m in "${@:-image}"; do
   case $m in
@@ -16,6 +18,8 @@ for m in "${@:-image}"; do
              --variant "" --variant "--device-cores 1" ;;
     text) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model text --handler-option pad=fixed --device cuda --batch 64 --start 0.4 $C --step 0.05 \
              --variant "" --variant "--device-cores 0" ;;
+    resnet50) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model resnet50 --device cuda --batch 32 --start 0.3 $C \
+             --variant "" --variant "--device-cores 1" --variant "--cuda-graphs" ;;
     image-cpu) timeout -s INT 560 python3 benchmarks/bench_ceiling.py --model image --device cpu --server-cores 12 --batch 8 --start 0.3 $C ;;
     text-cpu) timeout -s INT 560 python3 benchmarks/bench_ceiling.py --model text --device cpu --server-cores 12 --batch 8 --queue-delay-ms 10 --start 0.3 $C ;;
     *) timeout -s INT 560 python3 benchmarks/bench_ceiling.py $m ;;
