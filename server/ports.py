@@ -95,7 +95,12 @@ def claim_port(
     already), claimed until ``release_claims``; ValueError naming ``flag`` and the port when it is
     served already."""
     if port == 0 and hasattr(socket, "SO_REUSEPORT"):
-        reserved = _reserve(host)
+        reserved, passed = _reserve(host), []
+        while reserved.getsockname()[1] in taken:  # claimed by this server, not bound until it listens
+            passed.append(reserved)  # kept bound until a port is found, so the kernel offers another
+            reserved = _reserve(host)
+        for s in passed:
+            s.close()
         port = int(reserved.getsockname()[1])
         try:
             claim = _take_claim(port, wait_s, clock, sleep, flag)

@@ -93,6 +93,22 @@ def test_a_port_the_kernel_chose_stays_ours_until_the_frontends_listen() -> None
         after.bind(("127.0.0.1", port))
 
 
+def test_a_port_the_kernel_chose_is_none_this_server_claimed_already(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The REST port left to the kernel must not be the gRPC port claimed (not yet listened on) just
+    before: a reservation on a taken port is passed over, and closed once another is found."""
+    import netgain.server.ports as ports
+
+    offered = [ports._reserve("127.0.0.1"), ports._reserve("127.0.0.1")]
+    taken, free = (int(s.getsockname()[1]) for s in offered)
+    monkeypatch.setattr(ports, "_reserve", lambda host: offered.pop(0))
+    first = offered[0]
+    try:
+        assert claim_port("127.0.0.1", 0, flag="--http-port", taken=(taken,)) == free
+        assert first.fileno() == -1  # closed: the passed-over port is not kept
+    finally:
+        release_claims()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
