@@ -18,7 +18,7 @@ import statistics
 from concurrent.futures import ThreadPoolExecutor
 
 import psutil
-from common import pinned, run_alternating, run_clients, split_cpus, table
+from common import LoadResult, pinned, run_alternating, run_clients, split_cpus, table
 
 from netgain.experiments.orchestrate import ServerProcess
 from netgain.stats.quantiles import median
@@ -48,6 +48,7 @@ def measure(
     conc: int,
     cpus: tuple[set[int] | None, set[int] | None],
     workers: str = "0",
+    rate: float = 0.0,
 ) -> tuple[float, float, float, float]:
     args = ["--model", model, "--device", device, "--pre-threads", "4", "--workers", workers, *MODELS[model]]
     if not instrumented:
@@ -59,15 +60,27 @@ def measure(
         before = tree_cpu(proc)
         with pinned(cpus[1]):
             sat = run_clients(
-                server.target, model, processes=procs, concurrency=conc, duration=duration, options=opts
+                server.target,
+                model,
+                processes=procs,
+                concurrency=conc,
+                duration=duration,
+                rate=rate,
+                options=opts,
             )
         # Server CPU per request: far steadier than throughput when clients share the cores.
-        cpu_us = (tree_cpu(proc) - before) / max(1.0, sat.rps * (duration + 1.0)) * 1e6
+        cpu_us = per_call_us(tree_cpu(proc) - before, sat)
         with pinned(cpus[1]):
             one = run_clients(
                 server.target, model, processes=1, concurrency=1, duration=duration / 2, options=opts
             )
     return sat.rps, one.pct(50), cpu_us, sat.client_cores
+
+
+def per_call_us(cpu_s: float, load: LoadResult) -> float:
+    """Server CPU per call answered: every call counts, the warm-up's included, as the CPU window
+    holds them all (estimating the count from the measured rate let a trial's start-up skew it)."""
+    return cpu_s / max(1, load.answered) * 1e6
 
 
 def side_by_side_cpus(server_share: int) -> list[tuple[set[int], set[int]]] | None:
@@ -91,6 +104,7 @@ def measure_side_by_side(
     conc: int,
     sets: list[tuple[set[int], set[int]]],
     workers: str = "0",
+    rate: float = 0.0,
 ) -> dict[bool, tuple[float, float, float, float]]:
     """On and off at the same time, each server and its clients on their own cores (``sets[0]``
     for instrumentation on): whatever else the host does in that window hits both alike."""
@@ -114,9 +128,15 @@ def measure_side_by_side(
             # pinned() sets this thread's mask, which the client processes it starts inherit.
             with pinned(client_cpus):
                 sat = run_clients(
-                    sp.target, model, processes=procs, concurrency=conc, duration=duration, options=opts
+                    sp.target,
+                    model,
+                    processes=procs,
+                    concurrency=conc,
+                    duration=duration,
+                    rate=rate,
+                    options=opts,
                 )
-                cpu_us = (tree_cpu(proc) - before) / max(1.0, sat.rps * (duration + 1.0)) * 1e6
+                cpu_us = per_call_us(tree_cpu(proc) - before, sat)
             return sat.rps, cpu_us, sat.client_cores
 
         with ThreadPoolExecutor(2) as ex:
@@ -161,6 +181,13 @@ def main() -> None:
     ap.add_argument(
         "--workers", default="0", help="netgain serve --workers (server CPU counts every process of it)"
     )
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="pace each server at this many req/s in all (0: as fast as the clients go); at one "
+        "rate both servers do the same work per second, so CPU per request compares like for like",
+    )
     a = ap.parse_args()
     cpus = split_cpus(a.server_cores)
     pairs = side_by_side_cpus(a.server_cores) if a.side_by_side else None
@@ -178,7 +205,7 @@ def main() -> None:
             if pairs:
                 sets = pairs if trial % 2 == 0 else pairs[::-1]
                 both = measure_side_by_side(
-                    model, a.device, a.duration, a.client_procs, a.concurrency, sets, a.workers
+                    model, a.device, a.duration, a.client_procs, a.concurrency, sets, a.workers, a.rate
                 )
                 for instr in (True, False):
                     res[instr].append(both[instr])
@@ -186,7 +213,15 @@ def main() -> None:
                 for instr in (True, False) if trial % 2 == 0 else (False, True):
                     res[instr].append(
                         measure(
-                            model, a.device, instr, a.duration, a.client_procs, a.concurrency, cpus, a.workers
+                            model,
+                            a.device,
+                            instr,
+                            a.duration,
+                            a.client_procs,
+                            a.concurrency,
+                            cpus,
+                            a.workers,
+                            a.rate,
                         )
                     )
             on, off = res[True][-1], res[False][-1]
@@ -198,6 +233,7 @@ def main() -> None:
                 flush=True,
             )
         paired = sorted((1 - on[0] / off[0]) * 100 for on, off in zip(res[True], res[False], strict=True))
+        added = sorted(on[2] - off[2] for on, off in zip(res[True], res[False], strict=True))
         on_rps = statistics.median(r[0] for r in res[True])
         off_rps = statistics.median(r[0] for r in res[False])
         on_p50 = statistics.median(r[1] for r in res[True])
@@ -218,6 +254,7 @@ def main() -> None:
                 f"{off_cpu:.0f}",
                 f"{on_cpu:.0f}",
                 f"{(on_cpu / off_cpu - 1) * 100:+.1f} %",
+                f"{statistics.median(added):+.1f} ({added[0]:+.0f}..{added[-1]:+.0f})",
             ]
         )
     print(
@@ -236,6 +273,7 @@ def main() -> None:
                 "server CPU us/req off",
                 "on",
                 "added CPU",
+                "paired added us/req: median (range)",
             ],
         )
     )

@@ -35,6 +35,7 @@ class LoadResult:
     latencies_ms: np.ndarray
     items: int
     client_cpu_s: float = 0.0  # CPU seconds the client processes spent sending and receiving
+    answered: int = 0  # calls answered, warm-up and errors included: the server's whole work
 
     @property
     def client_cores(self) -> float:
@@ -72,6 +73,7 @@ async def _closed_loop(
 
     lat: list[float] = []
     errors = 0
+    answered = 0
     # One TCP connection per channel (a local subchannel pool): server processes sharing a port
     # through SO_REUSEPORT are chosen per connection, so one connection would load only one.
     opts = [("grpc.use_local_subchannel_pool", 1)]
@@ -84,7 +86,7 @@ async def _closed_loop(
     interval = concurrency / rate if rate > 0 else 0.0
 
     async def user(k: int) -> None:
-        nonlocal errors
+        nonlocal errors, answered
         nxt = time.perf_counter() + (interval * k / concurrency if interval else 0.0)
         while True:
             if interval:  # paced: each user sends at fixed intended times (open-loop per user)
@@ -105,6 +107,7 @@ async def _closed_loop(
             except grpc.aio.AioRpcError:
                 ok = False
             done = time.perf_counter()
+            answered += 1
             if sched >= t_measure:
                 if ok:
                     lat.append((done - sched) * 1e3)
@@ -115,7 +118,7 @@ async def _closed_loop(
     cpu_s = (time.process_time() - cpu_start) * duration_s / (time.perf_counter() - t_start)
     for ch in channels:
         await ch.close()
-    return {"lat": lat, "errors": errors, "seconds": duration_s, "cpu_s": cpu_s}
+    return {"lat": lat, "errors": errors, "seconds": duration_s, "cpu_s": cpu_s, "answered": answered}
 
 
 async def _alternating(
@@ -247,6 +250,7 @@ def run_clients(
     lat: list[float] = []
     errors = 0
     cpu_s = 0.0
+    answered = 0
     for p, out in procs:
         p.wait()
         with open(out) as fh:
@@ -254,7 +258,8 @@ def run_clients(
         lat += r["lat"]
         errors += r["errors"]
         cpu_s += r.get("cpu_s", 0.0)
-    return LoadResult(len(lat), errors, duration, np.asarray(lat), items, cpu_s)
+        answered += r.get("answered", 0)
+    return LoadResult(len(lat), errors, duration, np.asarray(lat), items, cpu_s, answered)
 
 
 def shared_port_servers(stack: contextlib.ExitStack, count: int, args: list[str], port: int) -> str:
