@@ -47,6 +47,7 @@ class ServeConfig:
     switch_interval_ms: float = 1.0
     worker_nice: int = 0  # added to the frontends' and pre-processing processes' niceness
     device_cores: int | str = "auto"  # cores the device process runs on alone; 0: every process floats
+    pin_pre_processes: bool = False  # each pre-processing process on one core of its own, in turn
 
     def validate(self) -> None:
         """Raise ValueError naming the flag and a fix."""

@@ -295,3 +295,17 @@ def test_a_cpu_device_process_with_several_threads_serves_full_size_images(start
     s = start_server("--model", "image", "--workers", "2", "--intra-op-threads", "4", "--max-batch-size", "4")
     results = burst(s.target, "image", 2, 2)
     assert len(results) == 4 and all(isinstance(r, pb.InferResponse) for r, _ in results), results[:1]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two pinned processes need 2 cores")
+def test_pinned_pre_processes_each_run_on_a_core_of_their_own(start_server: Any) -> None:
+    usable = sorted(os.sched_getaffinity(0))
+    s = start_server("--model", "image", "--workers", "1", "--pre-processes", "2", "--pin-pre-processes")
+    kids = {k.name(): k for k in psutil.Process(s.pid).children()}
+    pres = sorted(name for name in kids if name.startswith("ng-pre"))
+    assert len(pres) == 2, list(kids)
+    assert [kids[name].cpu_affinity() for name in pres] == [[usable[-1]], [usable[-2]]]
+    assert kids["ng-front-0"].cpu_affinity() == usable  # the frontends float
+    assert "2 pre-processing (one core each)" in s.output()
+    results = burst(s.target, "image", 4, 5)
+    assert all(isinstance(r, pb.InferResponse) for r, _ in results), [r for r, _ in results][:3]

@@ -100,6 +100,13 @@ def add_parser(sub: Any) -> None:
     )
     flag(
         p,
+        "--pin-pre-processes",
+        action="store_true",
+        help="run each pre-processing process on one core of its own (in turn over the cores the "
+        "device process does not keep), as the ceiling's pre-processing loop runs; the frontends float",
+    )
+    flag(
+        p,
         "--intra-op-threads",
         type=int,
         default=0,
@@ -200,6 +207,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         pre_processes=args.pre_processes,
         worker_nice=args.worker_nice,
         device_cores=args.device_cores,
+        pin_pre_processes=args.pin_pre_processes,
         slots_per_worker=args.slots_per_worker,
         intra_op_threads=args.intra_op_threads,
         max_message_bytes=int(args.max_message_mb * MIB),

@@ -150,7 +150,7 @@ class Supervisor:
             pre_args = (self.cfg, i, self.device, self.rings, requests[i][1], work, child)
             proc = ctx.Process(
                 target=_child,
-                args=(every_fd, [requests[i][1], *work], self.other_cpus, prep_main, pre_args),
+                args=(every_fd, [requests[i][1], *work], self.pre_cpus(i - n), prep_main, pre_args),
                 name=f"netgain-pre-{i}",
             )
             proc.start()
@@ -159,6 +159,14 @@ class Supervisor:
         for fd in every_fd:  # each end now lives in the one child that uses it: EOF means it exited
             os.close(fd)
         os.sched_setaffinity(0, self.other_cpus)
+
+    def pre_cpus(self, k: int) -> list[int]:
+        """Pre-processing process ``k``'s cores: with --pin-pre-processes one of the others' cores,
+        the highest-numbered first (the frontends float over them all), else all of them."""
+        if not self.cfg.pin_pre_processes:
+            return self.other_cpus
+        ordered = sorted(self.other_cpus, reverse=True)
+        return [ordered[k % len(ordered)]]
 
     def _wait_message(self, conn: Connection, proc: Any, what: str, timeout_s: float = 600.0) -> Any:
         deadline = time.monotonic() + timeout_s
@@ -238,7 +246,8 @@ class Supervisor:
         signal.signal(signal.SIGINT, on_signal)
         self._fork_all()
         self._start_metrics()
-        pre = f", {self.pre_processes} pre-processing" if self.pre_processes else ""
+        pinned = " (one core each)" if self.cfg.pin_pre_processes else ""
+        pre = f", {self.pre_processes} pre-processing{pinned}" if self.pre_processes else ""
         alone = f" alone on cores {cpu_list(self.device_cpus)}" if self.kept else ""
         say(
             f"{self.workers} frontend{pre} and 1 device process{alone} "
