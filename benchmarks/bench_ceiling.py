@@ -255,23 +255,31 @@ def main(argv: list[str] | None = None) -> int:
           f"at batch {a.batch} (kernel alone {fwd['kernel_items_s']:,.0f}/s); "
           f"ceiling {ceiling:,.0f}/s ({limit}){gpu_decode}", flush=True)  # fmt: skip
     summary = []
-    for variant in a.variant or [""]:
-        capacity = sweep(a, variant, ceiling, server_cores, load_cores)
+    variants = a.variant or [""]
+    for k, variant in enumerate(variants):
+        capacity, cut = sweep(a, variant, ceiling, server_cores, load_cores)
         ratio = capacity / ceiling if ceiling else 0.0
+        verdict = "PASS" if ratio >= 0.6 else ("not reached before the cut" if cut else "MISS")
         summary.append(
             f"{a.model} on {a.device} ({a.dtype}, batch {a.batch}, {variant or 'defaults'}): capacity at "
-            f"p99 <= {a.slo_ms:.0f} ms {capacity:,.0f}/s = {100 * ratio:.0f} % of the ceiling "
-            f"{ceiling:,.0f}/s ({limit}); target >= 60 %: {'PASS' if ratio >= 0.6 else 'MISS'}"
+            f"p99 <= {a.slo_ms:.0f} ms {'>= ' if cut else ''}{capacity:,.0f}/s = {100 * ratio:.0f} % of "
+            f"the ceiling {ceiling:,.0f}/s ({limit}); target >= 60 %: {verdict}"
+            + (" (interrupted: the sweep was cut short)" if cut else "")
         )
-    print("\n" + "\n".join(summary))
-    return 0
+        if cut:
+            skipped = variants[k + 1 :]
+            summary += [f"{a.model} ({v or 'defaults'}): not measured (interrupted)" for v in skipped]
+            break
+    print("\n" + "\n".join(summary), flush=True)
+    return 130 if cut else 0
 
 
 def sweep(
     a: argparse.Namespace, variant: str, ceiling: float, server_cores: list[int], load_cores: list[int]
-) -> float:
+) -> tuple[float, bool]:
     """Rising rates against one server layout until p99 fails twice (halving first while nothing has
-    held); the capacity found."""
+    held); the capacity found, and whether an interrupt (Ctrl-C, ``timeout -s INT``) cut it short:
+    the step it stopped is dropped, the steps before it are kept and printed."""
     import shlex
 
     from netgain.experiments.orchestrate import ServerProcess
@@ -294,7 +302,8 @@ def sweep(
         rate = a.start * ceiling
         fails = 0
         profiled = not a.profile_at
-        while rate <= 1.3 * ceiling and fails < 2:
+        cut = False
+        while rate <= 1.3 * ceiling and fails < 2 and not cut:
             spies: list[tuple[str, str, subprocess.Popen[bytes]]] = []
             if not profiled and rate >= a.profile_at * ceiling:
                 profiled = True
@@ -304,8 +313,13 @@ def sweep(
                         out = os.path.join(tmp, f"spy-{name}-{'gil' if gil else 'all'}.txt")
                         label = f"{name} {'holding the GIL' if gil else 'running'}"
                         spies.append((label, out, spy(pid, secs, out, gil)))
-            with pinned(set(load_cores)):
-                r = run_rate(server.target, a, rate, os.path.join(tmp, f"r{len(rows)}"))
+            try:
+                with pinned(set(load_cores)):
+                    r = run_rate(server.target, a, rate, os.path.join(tmp, f"r{len(rows)}"))
+            except KeyboardInterrupt:
+                print(f"  {rate:8,.0f}/s: interrupted; the sweep stops here", flush=True)
+                cut = True
+                continue
             for label, out, proc in spies:
                 proc.wait(60)
                 found = spy_summary(out, a.warmup_s + a.duration - 1)
@@ -329,7 +343,7 @@ def sweep(
           "yes" if r["valid"] else "NO", r["bottleneck"], "yes" if r["held"] else "no"] for r in rows],
         ["offered/s", "done/s", "p50 ms", "p99 ms", "errors", "valid", "bottleneck", f"p99<={a.slo_ms:.0f}"],
     ))  # fmt: skip
-    return capacity
+    return capacity, cut
 
 
 if __name__ == "__main__":
