@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +20,7 @@ from netgain.errors import NetgainError
 from netgain.experiments import cpu_vs_gpu as compare
 from netgain.experiments.cpu_vs_gpu import CompareConfig, Side, _with_rate, best_batch
 from netgain.experiments.drill import distribution
-from netgain.experiments.orchestrate import Placement, choose_placement, parse_cpus, pinned
+from netgain.experiments.orchestrate import Placement, choose_placement, held_port, parse_cpus, pinned
 
 
 def netgain(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
@@ -99,6 +101,26 @@ def test_placement_keeps_the_load_generator_off_the_servers_cores() -> None:
         choose_placement("x", "auto", sixteen)
     with pytest.raises(NetgainError, match="leave one side no core"):
         choose_placement("all", "auto", sixteen)
+
+
+def test_a_held_port_lets_a_reuseport_server_in_and_nothing_else() -> None:
+    """The drill's replica 2 port: a server's SO_REUSEPORT listener (and its SO_REUSEADDR check)
+    may bind it while held; a plain bind, as a connect's source port would be, may not."""
+    hold, port = held_port()
+    with hold:
+        with socket.socket() as plain, pytest.raises(OSError) as err:
+            plain.bind(("127.0.0.1", port))
+        assert err.value.errno == errno.EADDRINUSE
+        with socket.socket() as check:
+            check.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            check.bind(("127.0.0.1", port))
+        with socket.socket() as server, socket.socket() as client:
+            server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            server.bind(("127.0.0.1", port))
+            server.listen()
+            client.connect(("127.0.0.1", port))  # the listener, not the held socket, answers
+            conn, _ = server.accept()
+            conn.close()
 
 
 def test_pinned_children_run_on_the_cores_given_and_the_thread_gets_its_own_back() -> None:

@@ -23,7 +23,7 @@ import grpc
 
 from netgain.contract import rundir as files
 from netgain.errors import NetgainError
-from netgain.experiments.orchestrate import ServerProcess, free_port, run_load
+from netgain.experiments.orchestrate import ServerProcess, held_port, run_load
 from netgain.loadgen.payloads import example_maker
 from netgain.protos import InferenceStub, pb
 from netgain.stats.quantiles import quantiles
@@ -99,9 +99,9 @@ def scale_up(
     import pyarrow.parquet as pq
 
     run_dir = os.path.join(out, "scale-up")
-    port2 = free_port()
+    hold, port2 = held_port()  # until replica 2 listens: the load's own connects must not take it
     base = ["--model", model, "--device", device, *serve_args]
-    with ServerProcess(base, log_path=os.path.join(out, "replica1.log")) as r1:
+    with hold, ServerProcess(base, log_path=os.path.join(out, "replica1.log")) as r1:
         r1.wait_ready()
         target2 = f"127.0.0.1:{port2}"
         result: dict[str, Any] = {}
@@ -116,6 +116,8 @@ def scale_up(
                 result["serving_s"] = r2.wait_ready()
             except NetgainError as exc:  # reported after the load, which runs its course
                 result["error"] = str(exc)
+            finally:
+                hold.close()
 
         t = threading.Thread(target=start_replica2)
         t.start()
