@@ -56,20 +56,7 @@ def measure(
     opts = ["size=64"] if model == "image" else []
     with pinned(cpus[0]), ServerProcess(args) as server:
         server.wait_ready()
-        proc = psutil.Process(server.pid)
-        before = tree_cpu(proc)
-        with pinned(cpus[1]):
-            sat = run_clients(
-                server.target,
-                model,
-                processes=procs,
-                concurrency=conc,
-                duration=duration,
-                rate=rate,
-                options=opts,
-            )
-        # Server CPU per request: far steadier than throughput when clients share the cores.
-        cpu_us = per_call_us(tree_cpu(proc) - before, sat)
+        sat, cpu_us = loaded(server, cpus[1], model, procs, conc, duration, rate, opts)
         with pinned(cpus[1]):
             one = run_clients(
                 server.target, model, processes=1, concurrency=1, duration=duration / 2, options=opts
@@ -77,10 +64,34 @@ def measure(
     return sat.rps, one.pct(50), cpu_us, sat.client_cores
 
 
-def per_call_us(cpu_s: float, load: LoadResult) -> float:
-    """Server CPU per call answered: every call counts, the warm-up's included, as the CPU window
-    holds them all (estimating the count from the measured rate let a trial's start-up skew it)."""
-    return cpu_s / max(1, load.answered) * 1e6
+def loaded(
+    server: ServerProcess,
+    client_cpus: set[int] | None,
+    model: str,
+    procs: int,
+    conc: int,
+    duration: float,
+    rate: float,
+    opts: list[str],
+) -> tuple[LoadResult, float]:
+    """The clients' run against ``server`` and the server's CPU per call answered: every call
+    counts, the warm-up's included, as the CPU window holds them all (estimating the count from the
+    measured rate let a trial's start-up skew it). Server CPU per request is far steadier than
+    throughput when clients share the cores."""
+    proc = psutil.Process(server.pid)
+    before = tree_cpu(proc)
+    # pinned() sets this thread's mask, which the client processes it starts inherit.
+    with pinned(client_cpus):
+        sat = run_clients(
+            server.target,
+            model,
+            processes=procs,
+            concurrency=conc,
+            duration=duration,
+            rate=rate,
+            options=opts,
+        )
+    return sat, (tree_cpu(proc) - before) / max(1, sat.answered) * 1e6
 
 
 def side_by_side_cpus(server_share: int) -> list[tuple[set[int], set[int]]] | None:
@@ -122,21 +133,7 @@ def measure_side_by_side(
             sp.wait_ready()
 
         def load(instr: bool, client_cpus: set[int]) -> tuple[float, float, float]:
-            sp = servers[instr]
-            proc = psutil.Process(sp.pid)
-            before = tree_cpu(proc)
-            # pinned() sets this thread's mask, which the client processes it starts inherit.
-            with pinned(client_cpus):
-                sat = run_clients(
-                    sp.target,
-                    model,
-                    processes=procs,
-                    concurrency=conc,
-                    duration=duration,
-                    rate=rate,
-                    options=opts,
-                )
-                cpu_us = per_call_us(tree_cpu(proc) - before, sat)
+            sat, cpu_us = loaded(servers[instr], client_cpus, model, procs, conc, duration, rate, opts)
             return sat.rps, cpu_us, sat.client_cores
 
         with ThreadPoolExecutor(2) as ex:
