@@ -215,6 +215,11 @@ def run_server(cfg: ServeConfig, cold: ColdStart) -> int:
         raise ValueError(
             "--device-cores needs frontend processes (--workers 1 or more): this server runs one process"
         )
+    if cfg.pin_pre_processes:
+        raise ValueError(
+            "--pin-pre-processes needs pre-processing processes (--workers 1 or more): "
+            "this server runs one process"
+        )
     from netgain.server.ports import claim_port
 
     if cfg.port:

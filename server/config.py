@@ -87,6 +87,11 @@ class ServeConfig:
             (pre == "auto" or 0 <= int(pre) <= 256, "--pre-processes must be 0..256 or auto"),
             (kept == "auto" or 0 <= int(kept) <= 256, "--device-cores must be 0..256 or auto"),
             (pre in ("auto", 0) or workers != 0, "--pre-processes needs --workers above 0"),
+            (
+                not self.pin_pre_processes or (workers != 0 and pre != 0),
+                "--pin-pre-processes needs pre-processing processes: --workers and --pre-processes "
+                "above 0 (or auto)",
+            ),
             (self.slots_per_worker >= 0, "--slots-per-worker must be >= 0 (0 = from the batch size)"),
         ]
         for ok, message in checks:

@@ -33,6 +33,13 @@ def test_pre_processes_split_the_cores_by_the_handlers_pre_processing_time() -> 
     bad = ServeConfig(workers=0, pre_processes="3")
     with pytest.raises(ValueError, match="--pre-processes needs --workers above 0"):
         bad.validate()
+    for pinned_without in (
+        ServeConfig(workers=0, pin_pre_processes=True),
+        ServeConfig(pre_processes=0, pin_pre_processes=True),
+    ):
+        with pytest.raises(ValueError, match="--pin-pre-processes needs pre-processing processes"):
+            pinned_without.validate()
+    ServeConfig(pin_pre_processes=True).validate()  # auto: pins whatever the layout gives
     with pytest.raises(ValueError, match="--pre-processes 'x': use a whole number"):
         ServeConfig(pre_processes="x").validate()
 

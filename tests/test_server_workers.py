@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 import psutil
 import pytest
-from conftest import REPO_ROOT, server_env
+from conftest import REPO_ROOT, run_netgain, server_env
 from prometheus_client.parser import text_string_to_metric_families
 
 from netgain.contract.cores import cpu_list
@@ -309,3 +309,22 @@ def test_pinned_pre_processes_each_run_on_a_core_of_their_own(start_server: Any)
     assert "2 pre-processing (one core each)" in s.output()
     results = burst(s.target, "image", 4, 5)
     assert all(isinstance(r, pb.InferResponse) for r, _ in results), [r for r, _ in results][:3]
+
+
+@pytest.mark.parametrize(
+    "layout, why",
+    [
+        (("--workers", "1", "--device", "cpu"), "this layout has none on cpu"),
+        (("--workers", "0"), "--workers and --pre-processes above 0"),
+    ],
+)
+def test_pinning_without_pre_processing_processes_fails_in_one_line(
+    layout: tuple[str, ...], why: str
+) -> None:
+    res = run_netgain(
+        "serve", "--model", "null", *layout, "--pin-pre-processes", "--port", "0", "--metrics-port", "-1"
+    )
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--pin-pre-processes needs pre-processing processes" in lines[0], lines
+    assert why in lines[0], lines

@@ -90,6 +90,11 @@ class Supervisor:
         self.workers, self.pre_processes = cfg.resolved_split(
             len(usable), self.device, self.pre_ms, self.kept
         )
+        if cfg.pin_pre_processes and not self.pre_processes:
+            raise ValueError(
+                f"--pin-pre-processes needs pre-processing processes: this layout has none on {self.device} "
+                "(--pre-processes auto starts them only on a GPU); pass --pre-processes 1 or more"
+            )
         self.slots = cfg.slots_per_worker or default_slots(cfg)
         self.metrics_port = -1
         self.child_ports: dict[str, int] = {}
