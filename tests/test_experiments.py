@@ -5,9 +5,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +123,54 @@ def test_a_held_port_lets_a_reuseport_server_in_and_nothing_else() -> None:
             client.connect(("127.0.0.1", port))  # the listener, not the held socket, answers
             conn, _ = server.accept()
             conn.close()
+
+
+CHILD = """
+import signal, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+stopping = []
+signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+(out / "ready").touch()
+while not stopping:
+    time.sleep(0.05)
+time.sleep(1.0)  # stopping in order takes a while: rows to write, workers to tell
+(out / "stopped-in-order").touch()
+"""
+PARENT = """
+import sys
+from netgain.experiments.orchestrate import run_child
+try:
+    run_child([sys.executable, "-c", sys.argv[1], sys.argv[2]], stop_s=float(sys.argv[3]))
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+@pytest.mark.parametrize("whom", ["group", "parent only"])
+def test_an_interrupted_child_stops_in_order_before_the_parent_goes_on(tmp_path: Path, whom: str) -> None:
+    """Ctrl-C reaches the whole process group: the child (a load run) gets to finish its orderly
+    stop; where only the parent was interrupted, the child is sent one SIGINT of its own."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, CHILD, str(tmp_path), "2"],
+        stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        for _ in range(600):
+            if (tmp_path / "ready").exists():
+                break
+            time.sleep(0.05)
+        assert (tmp_path / "ready").exists(), "the child did not start within 30 s"
+        if whom == "group":
+            os.killpg(parent.pid, signal.SIGINT)
+        else:
+            parent.send_signal(signal.SIGINT)
+        out, _ = parent.communicate(timeout=60)
+    finally:
+        if parent.poll() is None:
+            os.killpg(parent.pid, signal.SIGKILL)
+    assert out.strip() == "interrupted"
+    assert (tmp_path / "stopped-in-order").exists()
 
 
 def test_pinned_children_run_on_the_cores_given_and_the_thread_gets_its_own_back() -> None:

@@ -275,6 +275,33 @@ class ServerProcess:
         self.stop()
 
 
+# How long an interrupted child gets to stop in order (a load run: its requests in flight, its rows).
+CHILD_STOP_S = 20.0
+
+
+def run_child(
+    cmd: Sequence[str], stdout: Any = None, stderr: Any = None, stop_s: float = CHILD_STOP_S
+) -> int:
+    """``cmd`` to its end, its exit status. On Ctrl-C the child, which the terminal interrupted too,
+    stops in order (a load run writes every row and tells its workers to quit) before this re-raises:
+    it gets ``stop_s``, then one SIGINT of its own (where the signal reached only this process), then
+    ``stop_s`` more, and only then is killed (a killed load run leaves its workers sending)."""
+    proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        for forward in (False, True):
+            if forward:
+                proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(stop_s)
+                break
+        else:
+            proc.kill()
+            proc.wait()
+        raise
+
+
 def run_load(
     args: Sequence[str],
     quiet: bool = False,
@@ -292,4 +319,4 @@ def run_load(
     if force:
         cmd.append("--force")
     with pinned(cpus):
-        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=stdout, check=False).returncode
+        return run_child(cmd, stdout=stdout)

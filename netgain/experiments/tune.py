@@ -27,7 +27,7 @@ from netgain.contract.report import TUNE_SCHEMA, BestConfig, Report, TunedConfig
 from netgain.errors import NetgainError
 from netgain.experiments.capacity import Capacity, Trial, step_seconds
 from netgain.experiments.capacity import search as capacity_search
-from netgain.experiments.orchestrate import Placement, pinned
+from netgain.experiments.orchestrate import Placement, pinned, run_child
 
 
 @dataclass
@@ -123,8 +123,8 @@ def load_and_report(
         "--out", out, "--force", "--quiet", "--seed", str(seed), "--timeout-s", "5",
     ]  # fmt: skip
     with pinned(cpus):
-        subprocess.run(_netgain(*load), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, check=False)
-    subprocess.run(_netgain("report", out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        run_child(_netgain(*load), stdout=subprocess.DEVNULL)
+    run_child(_netgain("report", out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if not os.path.exists(os.path.join(out, "report.json")):
         return None
     return read_report(out)
