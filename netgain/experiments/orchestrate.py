@@ -285,7 +285,7 @@ def run_child(
     """``cmd`` to its end, its exit status. On Ctrl-C the child, which the terminal interrupted too,
     stops in order (a load run writes every row and tells its workers to quit) before this re-raises:
     it gets ``stop_s``, then one SIGINT of its own (where the signal reached only this process), then
-    ``stop_s`` more, and only then is killed (a killed load run leaves its workers sending)."""
+    ``stop_s`` more, and only then is killed (a killed load run leaves its workers waiting for it)."""
     proc = subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
     try:
         return proc.wait()
