@@ -303,7 +303,7 @@ def sweep(
         fails = 0
         profiled = not a.profile_at
         cut = False
-        while rate <= 1.3 * ceiling and fails < 2 and not cut:
+        while rate <= 1.3 * ceiling and fails < 2:
             spies: list[tuple[str, str, subprocess.Popen[bytes]]] = []
             if not profiled and rate >= a.profile_at * ceiling:
                 profiled = True
@@ -319,7 +319,7 @@ def sweep(
             except KeyboardInterrupt:
                 print(f"  {rate:8,.0f}/s: interrupted; the sweep stops here", flush=True)
                 cut = True
-                continue
+                break
             for label, out, proc in spies:
                 proc.wait(60)
                 found = spy_summary(out, a.warmup_s + a.duration - 1)
