@@ -45,12 +45,16 @@ def _check(host: str, port: int, flag: str = "--port") -> int:
         return int(s.getsockname()[1])
 
 
-def _reserve(host: str) -> socket.socket:
-    """A port chosen by the kernel, kept bound (not listening): the frontends' SO_REUSEPORT sockets
-    may join it, a connect() may not take it."""
+def reserve(host: str, checked: bool = False) -> socket.socket:
+    """A port chosen by the kernel, kept bound (never listening) until closed: SO_REUSEPORT sockets
+    (the frontends') may join it, a connect() may not take it as its source port. ``checked``: a
+    server started on it later with an explicit --port passes its bind check too (SO_REUSEADDR,
+    which a socket that is not listening shares)."""
     family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
     s = socket.socket(family, socket.SOCK_STREAM)
     try:
+        if checked:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         s.bind((host, 0))
     except OSError as exc:
@@ -95,10 +99,10 @@ def claim_port(
     already), claimed until ``release_claims``; ValueError naming ``flag`` and the port when it is
     served already."""
     if port == 0 and hasattr(socket, "SO_REUSEPORT"):
-        reserved, passed = _reserve(host), []
+        reserved, passed = reserve(host), []
         while reserved.getsockname()[1] in taken:  # claimed by this server, not bound until it listens
             passed.append(reserved)  # kept bound until a port is found, so the kernel offers another
-            reserved = _reserve(host)
+            reserved = reserve(host)
         for s in passed:
             s.close()
         port = int(reserved.getsockname()[1])

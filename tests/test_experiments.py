@@ -22,7 +22,8 @@ from netgain.errors import NetgainError
 from netgain.experiments import cpu_vs_gpu as compare
 from netgain.experiments.cpu_vs_gpu import CompareConfig, Side, _with_rate, best_batch
 from netgain.experiments.drill import distribution
-from netgain.experiments.orchestrate import Placement, choose_placement, held_port, parse_cpus, pinned
+from netgain.experiments.orchestrate import Placement, choose_placement, parse_cpus, pinned
+from netgain.server.ports import reserve
 
 
 def netgain(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
@@ -105,10 +106,11 @@ def test_placement_keeps_the_load_generator_off_the_servers_cores() -> None:
         choose_placement("all", "auto", sixteen)
 
 
-def test_a_held_port_lets_a_reuseport_server_in_and_nothing_else() -> None:
+def test_a_port_reserved_for_a_later_server_lets_it_in_and_nothing_else() -> None:
     """The drill's replica 2 port: a server's SO_REUSEPORT listener (and its SO_REUSEADDR check)
     may bind it while held; a plain bind, as a connect's source port would be, may not."""
-    hold, port = held_port()
+    hold = reserve("127.0.0.1", checked=True)
+    port = hold.getsockname()[1]
     with hold:
         with socket.socket() as plain, pytest.raises(OSError) as err:
             plain.bind(("127.0.0.1", port))

@@ -98,9 +98,9 @@ def test_a_port_the_kernel_chose_is_none_this_server_claimed_already(monkeypatch
     before: a reservation on a taken port is passed over, and closed once another is found."""
     import netgain.server.ports as ports
 
-    offered = [ports._reserve("127.0.0.1"), ports._reserve("127.0.0.1")]
+    offered = [ports.reserve("127.0.0.1"), ports.reserve("127.0.0.1")]
     taken, free = (int(s.getsockname()[1]) for s in offered)
-    monkeypatch.setattr(ports, "_reserve", lambda host: offered.pop(0))
+    monkeypatch.setattr(ports, "reserve", lambda host: offered.pop(0))
     first = offered[0]
     try:
         assert claim_port("127.0.0.1", 0, flag="--http-port", taken=(taken,)) == free

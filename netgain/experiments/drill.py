@@ -23,9 +23,10 @@ import grpc
 
 from netgain.contract import rundir as files
 from netgain.errors import NetgainError
-from netgain.experiments.orchestrate import ServerProcess, held_port, run_load
+from netgain.experiments.orchestrate import ServerProcess, run_load
 from netgain.loadgen.payloads import example_maker
 from netgain.protos import InferenceStub, pb
+from netgain.server.ports import reserve
 from netgain.stats.quantiles import quantiles
 
 
@@ -99,7 +100,8 @@ def scale_up(
     import pyarrow.parquet as pq
 
     run_dir = os.path.join(out, "scale-up")
-    hold, port2 = held_port()  # until replica 2 listens: the load's own connects must not take it
+    hold = reserve("127.0.0.1", checked=True)  # until replica 2 listens: the load's connects must not take it
+    port2 = int(hold.getsockname()[1])
     base = ["--model", model, "--device", device, *serve_args]
     with hold, ServerProcess(base, log_path=os.path.join(out, "replica1.log")) as r1:
         r1.wait_ready()

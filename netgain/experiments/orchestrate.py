@@ -27,17 +27,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def held_port() -> tuple[socket.socket, int]:
-    """A port on 127.0.0.1 for a server that starts later, and the socket holding it: bound, never
-    listening, until the caller closes it. The server's SO_REUSEPORT listeners (and its
-    SO_REUSEADDR check) may join it; no connect() on the host may take it as its source port."""
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    s.bind(("127.0.0.1", 0))
-    return s, int(s.getsockname()[1])
-
-
 def parse_cpus(text: str, flag: str, usable: set[int]) -> list[int]:
     """``0-11,14`` (or ``all``: every usable core) as a sorted list; one-line error otherwise."""
     if text == "all":
