@@ -13,6 +13,10 @@ nvJPEG decode, resize and forward on the device, for batches of JPEG bytes.
 
     python benchmarks/bench_ceiling.py --model image --device cuda --server-cores 10 --batch 32
     python benchmarks/bench_ceiling.py --model image --device cuda --handler-option decode=gpu
+
+``--busy-neighbours`` measures the pre-processing ceiling a second time while the load cores run
+the same loop, and prints it beside the quiet one: how much a host's shared caches, memory and
+clocks slow the work when every core is busy. The targets stay against the quiet ceiling.
 """
 
 from __future__ import annotations
@@ -65,6 +69,21 @@ def pre_ceiling(model: str, options: dict[str, str], cores: list[int], seconds: 
     for p in procs:
         p.join()
     return float(sum(rates))
+
+
+def pre_ceiling_beside(
+    model: str, options: dict[str, str], cores: list[int], neighbours: list[int], seconds: float
+) -> float:
+    """pre_ceiling on ``cores`` while ``neighbours`` run the same loop, started first and running
+    longer, so that they are busy for the whole measurement."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as ex:
+        beside = ex.submit(pre_ceiling, model, options, neighbours, seconds + 15)
+        time.sleep(5)  # their imports and warm-up
+        measured = pre_ceiling(model, options, cores, seconds)
+        beside.result()
+    return measured
 
 
 def _forward_worker(
@@ -227,6 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         help="py-spy the device process, one frontend and one pre-processing process during the first "
         "rate at or above this fraction of the ceiling (0: no profile)",
     )  # fmt: skip
+    ap.add_argument(
+        "--busy-neighbours", action="store_true",
+        help="measure the pre-processing ceiling again while the load generator's cores run the same "
+        "loop (a host's shared caches, memory and clocks under load); reported beside the ceiling, "
+        "which stays the quiet one",
+    )  # fmt: skip
     a = ap.parse_args(argv)
     options = dict(o.split("=", 1) for o in a.handler_option)
     cores = sorted(os.sched_getaffinity(0))
@@ -255,6 +280,13 @@ def main(argv: list[str] | None = None) -> int:
           f"at batch {a.batch} (kernel alone {fwd['kernel_items_s']:,.0f}/s); "
           f"ceiling {ceiling:,.0f}/s ({limit}){gpu_decode}", flush=True)  # fmt: skip
     summary = []
+    if a.busy_neighbours:
+        busy = pre_ceiling_beside(a.model, options, server_cores, load_cores, a.pre_seconds)
+        summary.append(
+            f"pre-processing ceiling with the load cores busy with the same loop: {busy:,.0f}/s "
+            f"({100 * busy / pre:.0f} % of the quiet {pre:,.0f}/s)"
+        )
+        print(summary[-1], flush=True)
     variants = a.variant or [""]
     for k, variant in enumerate(variants):
         capacity, cut = sweep(a, variant, ceiling, server_cores, load_cores)
