@@ -140,8 +140,10 @@ time.sleep(1.0)  # stopping in order takes a while: rows to write, workers to te
 (out / "stopped-in-order").touch()
 """
 PARENT = """
-import sys
+import signal, sys
 from netgain.experiments.orchestrate import run_child
+# A shell starts a background job (`pytest ... &`) with SIGINT ignored, and children inherit that.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 try:
     run_child([sys.executable, "-c", sys.argv[1], sys.argv[2]], stop_s=float(sys.argv[3]))
 except KeyboardInterrupt:
