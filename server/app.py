@@ -224,7 +224,7 @@ def run_server(cfg: ServeConfig, cold: ColdStart) -> int:
 
     if cfg.port:
         claim_port(cfg.host, cfg.port)
-    if cfg.http_port > 0:
-        claim_port(cfg.host, cfg.http_port, flag="--http-port")
+    if cfg.http_port > 0:  # one process's REST endpoint binds without SO_REUSEPORT: checked, not held
+        claim_port(cfg.host, cfg.http_port, flag="--http-port", hold=False)
     server = Server(cfg, cold)
     return asyncio.run(server.serve())

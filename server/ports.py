@@ -13,7 +13,9 @@ start waits for the claim, then fails the check.
 
 A port the kernel chooses (``--port 0``) is held by a socket bound with SO_REUSEPORT and never
 listening, until the frontends listen: otherwise any connect() on the host may take it as its
-ephemeral source port in between, and every frontend fails to bind.
+ephemeral source port in between, and every frontend fails to bind. A port given (``--port
+50051``, inside Linux's default ephemeral range) is held the same way once its check passes,
+where the sockets that will listen on it bind with SO_REUSEPORT (``hold``).
 """
 
 from __future__ import annotations
@@ -94,10 +96,12 @@ def claim_port(
     sleep: Callable[[float], None] = time.sleep,
     flag: str = "--port",
     taken: Collection[int] = (),
+    hold: bool = True,
 ) -> int:
     """The port to serve on (a free one for 0, none of ``taken``: ports this server claimed
     already), claimed until ``release_claims``; ValueError naming ``flag`` and the port when it is
-    served already."""
+    served already. ``hold``: a given port is also kept bound until then (its listeners must bind
+    with SO_REUSEPORT)."""
     if port == 0 and hasattr(socket, "SO_REUSEPORT"):
         reserved, passed = reserve(host), []
         while reserved.getsockname()[1] in taken:  # claimed by this server, not bound until it listens
@@ -118,15 +122,32 @@ def claim_port(
         while port in taken:  # the kernel may offer a port claimed but not yet listened on
             port = _check(host, 0, flag)
     claim = _take_claim(port, wait_s, clock, sleep, flag)
+    held = None
     try:
         _check(host, port, flag)
+        if hold and hasattr(socket, "SO_REUSEPORT"):
+            held = _hold(host, port, flag)
     except ValueError:
         if claim is not None:
             claim.close()
         raise
-    if claim is not None:
-        _HELD.append(claim)
+    _HELD.extend(s for s in (claim, held) if s is not None)
     return port
+
+
+def _hold(host: str, port: int, flag: str) -> socket.socket:
+    """``port`` bound, never listening: SO_REUSEPORT listeners may join it, a connect() may not take
+    it as its source port (SO_REUSEADDR: as in the check, a closed server's TIME_WAIT is no owner)."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        s.bind((host, port))
+    except OSError as exc:
+        s.close()
+        raise ValueError(f"--host {host} {flag} {port}: cannot bind ({exc.strerror})") from None
+    return s
 
 
 def release_claims() -> None:

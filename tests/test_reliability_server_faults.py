@@ -69,11 +69,12 @@ def test_a_port_claim_is_exclusive_until_released() -> None:
     release_claims()
 
 
-def test_a_port_the_kernel_chose_stays_ours_until_the_frontends_listen() -> None:
-    """Between choosing a free port and the frontends listening, nothing else may bind it (a
-    connect() would take it as its source port and every frontend fail to bind), while the
-    frontends' SO_REUSEPORT gRPC servers can; released, no socket of the claim keeps it."""
-    port = claim_port("127.0.0.1", 0)
+@pytest.mark.parametrize("given", [False, True], ids=["chosen by the kernel", "given"])
+def test_a_claimed_port_stays_ours_until_the_frontends_listen(given: bool) -> None:
+    """Between the claim and the frontends listening, nothing else may bind the port (a connect()
+    would take it as its source port and every frontend fail to bind), while the frontends'
+    SO_REUSEPORT gRPC servers can; released, no socket of the claim keeps it."""
+    port = claim_port("127.0.0.1", _free_port() if given else 0)
     try:
         with socket.socket() as other, pytest.raises(OSError) as exc:
             other.bind(("127.0.0.1", port))
