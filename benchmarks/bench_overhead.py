@@ -23,20 +23,37 @@ from common import LoadResult, pinned, run_alternating, run_clients, split_cpus,
 from netgain.experiments.orchestrate import ServerProcess
 from netgain.stats.quantiles import median
 
+# req/s, p50 s, server CPU us per request, client cores busy, that CPU by role
+Trial = tuple[float, float, float, float, dict[str, float]]
+
 MODELS = {
     "null": ["--max-batch-size", "32"],
     "image": ["--max-batch-size", "32", "--handler-option", "size=64"],
 }
 
 
-def tree_cpu(proc: psutil.Process) -> float:
+# The OS names the server's processes give themselves (--workers); anything else is the supervisor's.
+ROLES = (("ng-front-", "frontend"), ("ng-pre-", "pre-processing"), ("ng-device", "device"))
+
+
+def tree_cpu(proc: psutil.Process) -> dict[str, float]:
     """User + system seconds of the server and every process under it (--workers: frontends and
-    the device process are children of the supervisor)."""
-    total = 0.0
+    the device process are children of the supervisor), by role."""
+    seconds: dict[str, float] = {}
     for p in [proc, *proc.children(recursive=True)]:
         with contextlib.suppress(psutil.NoSuchProcess):
-            total += sum(p.cpu_times()[:2])
-    return total
+            name = p.name()
+            role = next((r for prefix, r in ROLES if name.startswith(prefix)), "supervisor")
+            seconds[role] = seconds.get(role, 0.0) + sum(p.cpu_times()[:2])
+    return seconds
+
+
+def by_role(trials_on: list[dict[str, float]], trials_off: list[dict[str, float]]) -> str:
+    """Paired added us per request, median over trials, for each role that ran."""
+    pairs = list(zip(trials_on, trials_off, strict=True))
+    roles = sorted({r for on, off in pairs for r in (*on, *off)})
+    added = {r: statistics.median(on.get(r, 0.0) - off.get(r, 0.0) for on, off in pairs) for r in roles}
+    return ", ".join(f"{r} {v:+.1f}" for r, v in added.items())
 
 
 def measure(
@@ -49,19 +66,19 @@ def measure(
     cpus: tuple[set[int] | None, set[int] | None],
     workers: str = "0",
     rate: float = 0.0,
-) -> tuple[float, float, float, float]:
+) -> Trial:
     args = ["--model", model, "--device", device, "--pre-threads", "4", "--workers", workers, *MODELS[model]]
     if not instrumented:
         args.append("--no-instrumentation")
     opts = ["size=64"] if model == "image" else []
     with pinned(cpus[0]), ServerProcess(args) as server:
         server.wait_ready()
-        sat, cpu_us = loaded(server, cpus[1], model, procs, conc, duration, rate, opts)
+        sat, roles = loaded(server, cpus[1], model, procs, conc, duration, rate, opts)
         with pinned(cpus[1]):
             one = run_clients(
                 server.target, model, processes=1, concurrency=1, duration=duration / 2, options=opts
             )
-    return sat.rps, one.pct(50), cpu_us, sat.client_cores
+    return sat.rps, one.pct(50), sum(roles.values()), sat.client_cores, roles
 
 
 def loaded(
@@ -73,8 +90,8 @@ def loaded(
     duration: float,
     rate: float,
     opts: list[str],
-) -> tuple[LoadResult, float]:
-    """The clients' run against ``server`` and the server's CPU per call answered: every call
+) -> tuple[LoadResult, dict[str, float]]:
+    """The clients' run against ``server`` and the server's CPU per call answered, by role: every call
     counts, the warm-up's included, as the CPU window holds them all (estimating the count from the
     measured rate let a trial's start-up skew it). Server CPU per request is far steadier than
     throughput when clients share the cores."""
@@ -91,7 +108,8 @@ def loaded(
             rate=rate,
             options=opts,
         )
-    return sat, (tree_cpu(proc) - before) / max(1, sat.answered) * 1e6
+    after = tree_cpu(proc)
+    return sat, {r: (after[r] - before.get(r, 0.0)) / max(1, sat.answered) * 1e6 for r in after}
 
 
 def side_by_side_cpus(server_share: int) -> list[tuple[set[int], set[int]]] | None:
@@ -116,7 +134,7 @@ def measure_side_by_side(
     sets: list[tuple[set[int], set[int]]],
     workers: str = "0",
     rate: float = 0.0,
-) -> dict[bool, tuple[float, float, float, float]]:
+) -> dict[bool, Trial]:
     """On and off at the same time, each server and its clients on their own cores (``sets[0]``
     for instrumentation on): whatever else the host does in that window hits both alike."""
     opts = ["size=64"] if model == "image" else []
@@ -132,9 +150,9 @@ def measure_side_by_side(
         for sp in servers.values():
             sp.wait_ready()
 
-        def load(instr: bool, client_cpus: set[int]) -> tuple[float, float, float]:
-            sat, cpu_us = loaded(servers[instr], client_cpus, model, procs, conc, duration, rate, opts)
-            return sat.rps, cpu_us, sat.client_cores
+        def load(instr: bool, client_cpus: set[int]) -> tuple[float, dict[str, float], float]:
+            sat, roles = loaded(servers[instr], client_cpus, model, procs, conc, duration, rate, opts)
+            return sat.rps, roles, sat.client_cores
 
         with ThreadPoolExecutor(2) as ex:
             futures = {
@@ -149,7 +167,13 @@ def measure_side_by_side(
             )
         p50 = {True: median(on_ms), False: median(off_ms)}
         return {
-            instr: (saturated[instr][0], p50[instr], saturated[instr][1], saturated[instr][2])
+            instr: (
+                saturated[instr][0],
+                p50[instr],
+                sum(saturated[instr][1].values()),
+                saturated[instr][2],
+                saturated[instr][1],
+            )
             for instr in (True, False)
         }
 
@@ -196,7 +220,7 @@ def main() -> None:
         print(f"server on cores {sorted(cpus[0])}, clients on {sorted(cpus[1] or ())}")
     rows = []
     for model in a.models.split(","):
-        res: dict[bool, list[tuple[float, float, float, float]]] = {True: [], False: []}
+        res: dict[bool, list[Trial]] = {True: [], False: []}
         # Paired trials, on/off order alternating, so drift and order hit both sides alike.
         for trial in range(a.trials):
             if pairs:
@@ -226,7 +250,8 @@ def main() -> None:
                 f"{model} trial {trial + 1}: req/s off {off[0]:.0f} on {on[0]:.0f} "
                 f"lost {(1 - on[0] / off[0]) * 100:+.2f} %, CPU/req off {off[2]:.0f} on {on[2]:.0f} us, "
                 f"p50 off {off[1] * 1e3:.0f} on {on[1] * 1e3:.0f} us, "
-                f"client cores busy off {off[3]:.2f} on {on[3]:.2f}",
+                f"client cores busy off {off[3]:.2f} on {on[3]:.2f}; added CPU/req by role "
+                f"{by_role([on[4]], [off[4]])} us",
                 flush=True,
             )
         paired = sorted((1 - on[0] / off[0]) * 100 for on, off in zip(res[True], res[False], strict=True))
@@ -252,6 +277,7 @@ def main() -> None:
                 f"{on_cpu:.0f}",
                 f"{(on_cpu / off_cpu - 1) * 100:+.1f} %",
                 f"{statistics.median(added):+.1f} ({added[0]:+.0f}..{added[-1]:+.0f})",
+                by_role([r[4] for r in res[True]], [r[4] for r in res[False]]),
             ]
         )
     print(
@@ -271,6 +297,7 @@ def main() -> None:
                 "on",
                 "added CPU",
                 "paired added us/req: median (range)",
+                "by role: median",
             ],
         )
     )
