@@ -47,21 +47,22 @@ def _check(host: str, port: int, flag: str = "--port") -> int:
         return int(s.getsockname()[1])
 
 
-def reserve(host: str, checked: bool = False) -> socket.socket:
-    """A port chosen by the kernel, kept bound (never listening) until closed: SO_REUSEPORT sockets
-    (the frontends') may join it, a connect() may not take it as its source port. ``checked``: a
-    server started on it later with an explicit --port passes its bind check too (SO_REUSEADDR,
-    which a socket that is not listening shares)."""
-    family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
+def reserve(host: str, checked: bool = False, port: int = 0, flag: str = "--port") -> socket.socket:
+    """``port`` (0: one the kernel chooses), kept bound (never listening) until closed: SO_REUSEPORT
+    sockets (the frontends') may join it, a connect() may not take it as its source port.
+    ``checked``: a server's bind check passes on it too (SO_REUSEADDR, which a socket that is not
+    listening shares; as in the check, a closed server's TIME_WAIT is no owner)."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     s = socket.socket(family, socket.SOCK_STREAM)
     try:
         if checked:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        s.bind((host, 0))
+        s.bind((host, port))
     except OSError as exc:
         s.close()
-        raise ValueError(f"--host {host}: cannot bind ({exc.strerror})") from None
+        where = f"--host {host} {flag} {port}" if port else f"--host {host}"
+        raise ValueError(f"{where}: cannot bind ({exc.strerror})") from None
     return s
 
 
@@ -126,28 +127,13 @@ def claim_port(
     try:
         _check(host, port, flag)
         if hold and hasattr(socket, "SO_REUSEPORT"):
-            held = _hold(host, port, flag)
+            held = reserve(host, checked=True, port=port, flag=flag)
     except ValueError:
         if claim is not None:
             claim.close()
         raise
     _HELD.extend(s for s in (claim, held) if s is not None)
     return port
-
-
-def _hold(host: str, port: int, flag: str) -> socket.socket:
-    """``port`` bound, never listening: SO_REUSEPORT listeners may join it, a connect() may not take
-    it as its source port (SO_REUSEADDR: as in the check, a closed server's TIME_WAIT is no owner)."""
-    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    s = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        s.bind((host, port))
-    except OSError as exc:
-        s.close()
-        raise ValueError(f"--host {host} {flag} {port}: cannot bind ({exc.strerror})") from None
-    return s
 
 
 def release_claims() -> None:
