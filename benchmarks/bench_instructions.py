@@ -50,7 +50,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 
-from common import table
+from common import role_of, table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SERVER_ARGS = [
@@ -126,9 +126,6 @@ def serving(cmd: list[str], ports: str, log_path: str) -> Iterator[tuple[subproc
             proc.wait(600)
 
 
-ROLES = (("ng-front-", "frontend"), ("ng-pre-", "pre-processing"), ("ng-device", "device"))
-
-
 def child_roles(parent: int) -> dict[int, str]:
     """pid -> role of the server's children, from the OS name each gives its main thread."""
     roles: dict[int, str] = {}
@@ -144,7 +141,7 @@ def child_roles(parent: int) -> dict[int, str]:
                 comm = fh.read().strip()
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
-        roles[int(entry)] = next((role for prefix, role in ROLES if comm.startswith(prefix)), "other")
+        roles[int(entry)] = role_of(comm, "other")
     return roles
 
 

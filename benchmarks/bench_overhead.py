@@ -18,7 +18,7 @@ import statistics
 from concurrent.futures import ThreadPoolExecutor
 
 import psutil
-from common import LoadResult, pinned, run_alternating, run_clients, split_cpus, table
+from common import LoadResult, pinned, role_of, run_alternating, run_clients, split_cpus, table
 
 from netgain.experiments.orchestrate import ServerProcess
 from netgain.stats.quantiles import median
@@ -32,18 +32,13 @@ MODELS = {
 }
 
 
-# The OS names the server's processes give themselves (--workers); anything else is the supervisor's.
-ROLES = (("ng-front-", "frontend"), ("ng-pre-", "pre-processing"), ("ng-device", "device"))
-
-
 def tree_cpu(proc: psutil.Process) -> dict[str, float]:
     """User + system seconds of the server and every process under it (--workers: frontends and
     the device process are children of the supervisor), by role."""
     seconds: dict[str, float] = {}
     for p in [proc, *proc.children(recursive=True)]:
         with contextlib.suppress(psutil.NoSuchProcess):
-            name = p.name()
-            role = next((r for prefix, r in ROLES if name.startswith(prefix)), "supervisor")
+            role = role_of(p.name(), "supervisor")  # the one process without a role name
             seconds[role] = seconds.get(role, 0.0) + sum(p.cpu_times()[:2])
     return seconds
 

@@ -311,6 +311,15 @@ def null_servers(
     return ",".join(sp.target for sp in servers)
 
 
+# The OS names the processes of ``netgain serve --workers`` give their main threads, by role.
+ROLES = (("ng-front-", "frontend"), ("ng-pre-", "pre-processing"), ("ng-device", "device"))
+
+
+def role_of(name: str, other: str) -> str:
+    """A server process's role from its OS name (``ng-front-0`` → frontend); ``other`` if none."""
+    return next((role for prefix, role in ROLES if name.startswith(prefix)), other)
+
+
 def split_cpus(server_share: int) -> tuple[set[int] | None, set[int] | None]:
     """(server cores, client cores): the first ``server_share`` usable cores and the rest, or
     (None, None) when fewer than twice that many are usable."""
