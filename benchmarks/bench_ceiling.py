@@ -27,15 +27,19 @@ import json
 import multiprocessing as mp
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import pinned, table
+from benchmarks.common import RoleUsage, involuntary_switches, pinned, table, tree_usage
 from netgain.contract.cores import siblings
 
 
@@ -51,29 +55,48 @@ def _pre_worker(model: str, options: dict[str, str], core: int, seconds: float, 
     inputs = [handler.example_input(rng) for _ in range(16)]
     for x in inputs:
         handler.preprocess(x)
-    n, t0 = 0, time.perf_counter()
+    switched = involuntary_switches(os.getpid())
+    n, t0, c0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
         handler.preprocess(inputs[n % len(inputs)])
         n += 1
-    out.put(n / (time.perf_counter() - t0))
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    out.put((n / wall, cpu / max(1, n), (involuntary_switches(os.getpid()) - switched) / wall))
 
 
-def pre_ceiling(model: str, options: dict[str, str], cores: list[int], seconds: float) -> float:
+@dataclass
+class PreCeiling:
+    """Items per second over the cores, and per process: CPU ms per item, involuntary switches/s."""
+
+    items_s: float
+    cpu_ms: float
+    switches_s: float
+
+    def describe(self) -> str:
+        per = "involuntary switches/s per process"
+        return f"{self.cpu_ms:.2f} ms of CPU per item, {self.switches_s:.0f} {per}"
+
+
+def pre_ceiling(model: str, options: dict[str, str], cores: list[int], seconds: float) -> PreCeiling:
     """Items per second pre-processed by one single-threaded process per core, all at once."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=_pre_worker, args=(model, options, c, seconds, out)) for c in cores]
     for p in procs:
         p.start()
-    rates = [out.get(timeout=seconds + 120) for _ in procs]
+    got = [out.get(timeout=seconds + 120) for _ in procs]
     for p in procs:
         p.join()
-    return float(sum(rates))
+    return PreCeiling(
+        float(sum(g[0] for g in got)),
+        1e3 * statistics.median(g[1] for g in got),
+        statistics.median(g[2] for g in got),
+    )
 
 
 def pre_ceiling_beside(
     model: str, options: dict[str, str], cores: list[int], neighbours: list[int], seconds: float
-) -> float:
+) -> PreCeiling:
     """pre_ceiling on ``cores`` while ``neighbours`` run the same loop, started first and running
     longer, so that they are busy for the whole measurement."""
     from concurrent.futures import ThreadPoolExecutor
@@ -202,6 +225,7 @@ def run_rate(target: str, a: argparse.Namespace, rate: float, out: str) -> dict[
     phases = (rep or {}).get("phases_ms") or {}
     t["phases"] = {k: v.get("p50") for k, v in phases.items() if isinstance(v, dict)}
     t["cpu"] = (rep or {}).get("cpu")
+    t["requests"] = int(((rep or {}).get("counts") or {}).get("rows") or 0)  # warm-up included
     tail = ((rep or {}).get("tail") or {}).get("p99") or {}
     t["tail"] = {
         "dominant": tail.get("dominant"),
@@ -263,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{load_cores[0]}-{load_cores[-1]}", flush=True)  # fmt: skip
     shared = shared_cores(server_cores, load_cores)
     print(f"server and load cores sharing a physical core (SMT): {shared or 'none'}", flush=True)
-    pre = pre_ceiling(a.model, options, server_cores, a.pre_seconds)
+    quiet = pre_ceiling(a.model, options, server_cores, a.pre_seconds)
+    pre = quiet.items_s
     with pinned(set(server_cores)):
         fwd = forward_ceiling(a.model, options, a.device, a.dtype, a.batch)
     if a.device.startswith("cuda"):
@@ -279,12 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"ceilings: pre-processing {pre:,.0f}/s on {len(server_cores)} cores; forward {fwd_s:,.0f}/s "
           f"at batch {a.batch} (kernel alone {fwd['kernel_items_s']:,.0f}/s); "
           f"ceiling {ceiling:,.0f}/s ({limit}){gpu_decode}", flush=True)  # fmt: skip
-    summary = []
+    summary = [f"pre-processing ceiling's loop, load cores idle: {quiet.describe()}"]
+    print(summary[-1], flush=True)
     if a.busy_neighbours:
         busy = pre_ceiling_beside(a.model, options, server_cores, load_cores, a.pre_seconds)
         summary.append(
-            f"pre-processing ceiling with the load cores busy with the same loop: {busy:,.0f}/s "
-            f"({100 * busy / pre:.0f} % of the quiet {pre:,.0f}/s)"
+            f"pre-processing ceiling with the load cores busy with the same loop: {busy.items_s:,.0f}/s "
+            f"({100 * busy.items_s / pre:.0f} % of the quiet {pre:,.0f}/s); {busy.describe()}"
         )
         print(summary[-1], flush=True)
     variants = a.variant or [""]
@@ -329,6 +355,8 @@ def sweep(
         with pinned(set(server_cores)):
             server = stack.enter_context(ServerProcess(serve, log_path=os.path.join(tmp, "server.log")))
             server.wait_ready()
+        tree = psutil.Process(server.proc.pid)  # type: ignore[union-attr]
+        top = "supervisor" if tree.children() else "server"  # --workers 0: one process does it all
         with open(os.path.join(tmp, "server.log")) as fh:
             print("".join(line for line in fh if "device process" in line).strip(), flush=True)
         rate = a.start * ceiling
@@ -345,6 +373,7 @@ def sweep(
                         out = os.path.join(tmp, f"spy-{name}-{'gil' if gil else 'all'}.txt")
                         label = f"{name} {'holding the GIL' if gil else 'running'}"
                         spies.append((label, out, spy(pid, secs, out, gil)))
+            before, t0 = tree_usage(tree, top), time.monotonic()
             try:
                 with pinned(set(load_cores)):
                     r = run_rate(server.target, a, rate, os.path.join(tmp, f"r{len(rows)}"))
@@ -356,10 +385,11 @@ def sweep(
                 proc.wait(60)
                 found = spy_summary(out, a.warmup_s + a.duration - 1)
                 print(f"py-spy at {rate:,.0f}/s offered, {label}:\n{found}")
+            r["roles"] = per_request(tree_usage(tree, top), before, r["requests"], time.monotonic() - t0)
             rows.append(r)
             print(f"  {rate:8,.0f}/s: p99 {r['p99']:.1f} ms, {r['throughput']:,.0f}/s done, valid {r['valid']}, "  # noqa: E501
                   f"{r['bottleneck']}; phase p50 ms {json.dumps(r['phases'])}; tail (>= p99) phase means ms "
-                  f"{json.dumps(r['tail'])}; cpu {json.dumps(r['cpu'])}",
+                  f"{json.dumps(r['tail'])}; cpu {json.dumps(r['cpu'])}; by role {json.dumps(r['roles'])}",
                   flush=True)  # fmt: skip
             if r["held"]:
                 capacity = max(capacity, r["throughput"])
@@ -370,12 +400,35 @@ def sweep(
             else:
                 fails += 1
             rate += a.step * ceiling
+    known = ("frontend", "pre-processing", "device", "supervisor", "server")
+    roles = [k for k in known if any(k in r["roles"] for r in rows)]
     print(table(
         [[f"{r['rate']:,.0f}", f"{r['throughput']:,.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}", r["errors"],
-          "yes" if r["valid"] else "NO", r["bottleneck"], "yes" if r["held"] else "no"] for r in rows],
-        ["offered/s", "done/s", "p50 ms", "p99 ms", "errors", "valid", "bottleneck", f"p99<={a.slo_ms:.0f}"],
+          "yes" if r["valid"] else "NO", r["bottleneck"], "yes" if r["held"] else "no",
+          *[_role_cell(r["roles"].get(k)) for k in roles]] for r in rows],
+        ["offered/s", "done/s", "p50 ms", "p99 ms", "errors", "valid", "bottleneck", f"p99<={a.slo_ms:.0f}",
+         *[f"{k} CPU ms/req (inv. sw/s)" for k in roles]],
     ))  # fmt: skip
     return capacity, cut
+
+
+def per_request(
+    after: dict[str, RoleUsage], before: dict[str, RoleUsage], requests: int, seconds: float
+) -> dict[str, dict[str, float]]:
+    """Each role's CPU ms per request answered in a rate's run (warm-up included) and involuntary
+    switches per second per process over it."""
+    out = {}
+    for role, u in after.items():
+        d = u - before.get(role, RoleUsage())
+        out[role] = {
+            "cpu_ms": round(1e3 * d.cpu_s / max(1, requests), 3),
+            "switches_s": round(d.involuntary / max(1e-9, seconds) / max(1, u.processes)),
+        }
+    return out
+
+
+def _role_cell(v: dict[str, float] | None) -> str:
+    return "" if v is None else f"{v['cpu_ms']:.2f} ({v['switches_s']:,.0f})"
 
 
 if __name__ == "__main__":

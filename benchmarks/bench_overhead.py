@@ -18,7 +18,7 @@ import statistics
 from concurrent.futures import ThreadPoolExecutor
 
 import psutil
-from common import LoadResult, pinned, role_of, run_alternating, run_clients, split_cpus, table
+from common import LoadResult, pinned, run_alternating, run_clients, split_cpus, table, tree_usage
 
 from netgain.experiments.orchestrate import ServerProcess
 from netgain.stats.quantiles import median
@@ -30,17 +30,6 @@ MODELS = {
     "null": ["--max-batch-size", "32"],
     "image": ["--max-batch-size", "32", "--handler-option", "size=64"],
 }
-
-
-def tree_cpu(proc: psutil.Process) -> dict[str, float]:
-    """User + system seconds of the server and every process under it (--workers: frontends and
-    the device process are children of the supervisor), by role."""
-    seconds: dict[str, float] = {}
-    for p in [proc, *proc.children(recursive=True)]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            role = role_of(p.name(), "supervisor")  # the one process without a role name
-            seconds[role] = seconds.get(role, 0.0) + sum(p.cpu_times()[:2])
-    return seconds
 
 
 def by_role(trials_on: list[dict[str, float]], trials_off: list[dict[str, float]]) -> str:
@@ -91,7 +80,7 @@ def loaded(
     measured rate let a trial's start-up skew it). Server CPU per request is far steadier than
     throughput when clients share the cores."""
     proc = psutil.Process(server.pid)
-    before = tree_cpu(proc)
+    before = tree_usage(proc)
     # pinned() sets this thread's mask, which the client processes it starts inherit.
     with pinned(client_cpus):
         sat = run_clients(
@@ -103,8 +92,9 @@ def loaded(
             rate=rate,
             options=opts,
         )
-    after = tree_cpu(proc)
-    return sat, {r: (after[r] - before.get(r, 0.0)) / max(1, sat.answered) * 1e6 for r in after}
+    after = tree_usage(proc)
+    used = {r: u.cpu_s - (before[r].cpu_s if r in before else 0.0) for r, u in after.items()}
+    return sat, {r: s / max(1, sat.answered) * 1e6 for r, s in used.items()}
 
 
 def side_by_side_cpus(server_share: int) -> list[tuple[set[int], set[int]]] | None:

@@ -320,6 +320,46 @@ def role_of(name: str, other: str) -> str:
     return next((role for prefix, role in ROLES if name.startswith(prefix)), other)
 
 
+def involuntary_switches(pid: int) -> int:
+    """Times the scheduler took a core from any thread of ``pid`` while it could still run (each
+    thread's own count: a process's status file holds its main thread's alone)."""
+    total = 0
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/status") as fh:
+                for line in fh:
+                    if line.startswith("nonvoluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+    return total
+
+
+@dataclass
+class RoleUsage:
+    """What a server's processes of one role used: CPU seconds, involuntary switches, processes."""
+
+    cpu_s: float = 0.0
+    involuntary: int = 0
+    processes: int = 0
+
+    def __sub__(self, before: RoleUsage) -> RoleUsage:
+        return RoleUsage(self.cpu_s - before.cpu_s, self.involuntary - before.involuntary, self.processes)
+
+
+def tree_usage(proc: Any, other: str = "supervisor") -> dict[str, RoleUsage]:
+    """User + system seconds and involuntary switches of a server's process (a ``psutil.Process``)
+    and every process under it, by role (``other``: the one process without a role name)."""
+    import psutil
+
+    usage: dict[str, RoleUsage] = {}
+    for p in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            u = usage.setdefault(role_of(p.name(), other), RoleUsage())
+            u.cpu_s += sum(p.cpu_times()[:2])
+            u.involuntary += involuntary_switches(p.pid)
+            u.processes += 1
+    return usage
+
+
 def split_cpus(server_share: int) -> tuple[set[int] | None, set[int] | None]:
     """(server cores, client cores): the first ``server_share`` usable cores and the rest, or
     (None, None) when fewer than twice that many are usable."""
