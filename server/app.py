@@ -13,6 +13,7 @@ import grpc
 
 from netgain.contract.cores import cpu_list, describe_cores
 from netgain.protos import inference_pb2 as pb
+from netgain.server import eventloop
 from netgain.server.batching.pipeline import Batch, Pipeline, PipelineConfig
 from netgain.server.batching.queue import RequestQueue
 from netgain.server.bootstrap import (
@@ -183,6 +184,7 @@ class Server:
         total = self.cold.timeline()[-1][1]
         print(
             f"netgain serve: ready ({self.handler.name} on {self.device}, cold start {total:.2f} s, "
+            f"{eventloop.loop_factory(self.cfg.event_loop)[0]} event loop, "
             f"cores {cpu_list(sorted(os.sched_getaffinity(0)))})",
             flush=True,
         )
@@ -227,4 +229,4 @@ def run_server(cfg: ServeConfig, cold: ColdStart) -> int:
     if cfg.http_port > 0:  # one process's REST endpoint binds without SO_REUSEPORT: checked, not held
         claim_port(cfg.host, cfg.http_port, flag="--http-port", hold=False)
     server = Server(cfg, cold)
-    return asyncio.run(server.serve())
+    return eventloop.run(server.serve(), cfg.event_loop)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from netgain.server import eventloop
+
 
 @dataclass
 class ServeConfig:
@@ -45,6 +47,7 @@ class ServeConfig:
     grace_s: float = 30.0
     receive_timeout_s: float = 30.0  # a unary request's message must arrive within this
     switch_interval_ms: float = 1.0
+    event_loop: str = "auto"  # auto: uvloop where installed, else asyncio's
     worker_nice: int = 0  # added to the frontends' and pre-processing processes' niceness
     device_cores: int | str = "auto"  # cores the device process runs on alone; 0: every process floats
     pin_pre_processes: bool = False  # each pre-processing process on one core of its own, in turn
@@ -97,6 +100,7 @@ class ServeConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        eventloop.loop_factory(self.event_loop)  # an unknown loop, or uvloop asked for and missing
 
     def resolved_workers(self, cores: int, device: str) -> int:
         """Frontend processes for ``--workers auto``: none (one process) below 4 usable cores or with

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import itertools
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 
 from netgain.contract.phases import PHASES
 from netgain.protos import pb
+from netgain.server import eventloop
 from netgain.server.batching.pipeline import Pipeline, PipelineConfig
 from netgain.server.batching.queue import Pending, QueueClosed, QueueFull, RequestQueue
 from netgain.server.coldstart import COLD_START_PHASES, ColdStart
@@ -427,6 +431,28 @@ def test_serve_config_validate_messages(field: str, value: Any, message: str) ->
     with pytest.raises(ValueError) as err:
         cfg.validate()
     assert message in str(err.value)
+
+
+def test_event_loop_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert eventloop.loop_factory("asyncio") == ("asyncio", None)
+    with pytest.raises(ValueError, match="--event-loop 'tokio': use one of auto, asyncio, uvloop"):
+        eventloop.loop_factory("tokio")
+    with pytest.raises(ValueError, match="--event-loop 'tokio'"):
+        ServeConfig(event_loop="tokio").validate()
+    if importlib.util.find_spec("uvloop") is not None:
+        import uvloop
+
+        assert eventloop.loop_factory("auto") == ("uvloop", uvloop.new_event_loop)
+        assert eventloop.run(_loop_name(), "auto") == "uvloop"
+    assert eventloop.run(_loop_name(), "asyncio") == "asyncio"
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed: its import fails
+    assert eventloop.loop_factory("auto") == ("asyncio", None)
+    with pytest.raises(ValueError, match="--event-loop uvloop: uvloop is not installed"):
+        ServeConfig(event_loop="uvloop").validate()
+
+
+async def _loop_name() -> str:
+    return type(asyncio.get_running_loop()).__module__.split(".")[0]
 
 
 def test_cold_start_timeline() -> None:

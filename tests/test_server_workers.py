@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import signal
@@ -251,11 +252,15 @@ def test_device_cores_run_the_device_process_alone_on_the_highest_cores(start_se
     assert info.versions["server_cores"].startswith(f"{cpu_list(usable)} ({len(usable)} logical")
 
 
-@pytest.mark.parametrize("pre", ["0", "1"])
-def test_sigterm_drains_every_process(start_server: Any, pre: str) -> None:
+@pytest.mark.parametrize(("pre", "loop"), [("0", "auto"), ("1", "asyncio")])
+def test_sigterm_drains_every_process(start_server: Any, pre: str, loop: str) -> None:
+    """On either event loop (auto: uvloop where installed), the frontends drain on SIGTERM."""
     s = start_server(
-        "--model", "image", "--workers", "2", "--pre-processes", pre, "--max-queue-delay-ms", "50"
+        "--model", "image", "--workers", "2", "--pre-processes", pre, "--max-queue-delay-ms", "50",
+        "--event-loop", loop,
     )  # fmt: skip
+    named = "asyncio" if loop == "asyncio" or importlib.util.find_spec("uvloop") is None else "uvloop"
+    assert f"frontends on {named}'s event loop" in s.output()
     kids = psutil.Process(s.pid).children()
     assert len(kids) == 3 + int(pre)  # two frontends, the pre-processing processes and the device process
     results: list[tuple[Any, Any]] = []

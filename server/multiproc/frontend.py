@@ -27,6 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from netgain.server import eventloop
 from netgain.server.batching.queue import Pending, QueueClosed, QueueFull
 from netgain.server.config import ServeConfig
 from netgain.server.handlers.base import Handler, NonFiniteOutput
@@ -364,7 +365,7 @@ def frontend_main(
     sys.setswitchinterval(cfg.switch_interval_ms / 1e3)
     try:
         front = Frontend(cfg, index, device, rings, fds, work_fds, pre_processes)
-        code = asyncio.run(front.serve(ctl))
+        code = eventloop.run(front.serve(ctl), cfg.event_loop)
     except Exception as exc:
         log.exception("frontend %d failed", index)
         with contextlib.suppress(OSError):

@@ -22,6 +22,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from netgain.contract.cores import cpu_list
+from netgain.server import eventloop
 from netgain.server.coldstart import ColdStart
 from netgain.server.config import ServeConfig, core_sets
 from netgain.server.multiproc.slots import ITEM_HEADER, Ring
@@ -254,11 +255,12 @@ class Supervisor:
         pinned = " (one core each)" if self.cfg.pin_pre_processes else ""
         pre = f", {self.pre_processes} pre-processing{pinned}" if self.pre_processes else ""
         alone = f" alone on cores {cpu_list(self.device_cpus)}" if self.kept else ""
+        loop, _ = eventloop.loop_factory(self.cfg.event_loop)
         say(
             f"{self.workers} frontend{pre} and 1 device process{alone} "
             f"({self.slots} hand-off slots "
             f"of {self.slot_bytes // 1024} KiB per frontend; pre-processing took {self.pre_ms:.2f} ms "
-            f"per example item of {self.item_bytes:,} B at start-up)"
+            f"per example item of {self.item_bytes:,} B at start-up; frontends on {loop}'s event loop)"
         )
         try:
             for i, conn in enumerate(self.front_ctl):
