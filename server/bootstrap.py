@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from netgain.contract.cores import cpu_model
 from netgain.protos import inference_pb2 as pb
 from netgain.protos.service import SERVICE_NAME, add_inference_servicer, add_oip_servicer
+from netgain.server import eventloop
 from netgain.server.coldstart import ColdStart
 from netgain.server.config import ServeConfig
 from netgain.server.device import DeviceRunner
@@ -401,7 +402,11 @@ def server_info(
         model=model,
         device=device,
         dtype=cfg.dtype,
-        versions={**lib_versions, "server_cores": cores} if cores else lib_versions,
+        versions={
+            **lib_versions,
+            "event_loop": eventloop.describe(cfg.event_loop),
+            **({"server_cores": cores} if cores else {}),
+        },
         batching=pb.BatchingConfig(
             max_batch_size=cfg.max_batch_size,
             max_queue_delay_ms=cfg.max_queue_delay_ms,

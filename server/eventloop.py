@@ -33,6 +33,16 @@ def loop_factory(kind: str) -> tuple[str, Callable[[], asyncio.AbstractEventLoop
     return "uvloop", uvloop.new_event_loop
 
 
+def describe(kind: str) -> str:
+    """The loop ``kind`` runs, with its version: ``uvloop 0.23.0`` or ``asyncio``."""
+    name, _ = loop_factory(kind)
+    if name == "uvloop":
+        import uvloop
+
+        return f"uvloop {uvloop.__version__}"
+    return name
+
+
 def run(main: Coroutine[Any, Any, T], kind: str) -> T:
     """``asyncio.run(main)`` on the loop ``kind`` names."""
     _, factory = loop_factory(kind)

@@ -3,6 +3,7 @@ shared image server."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from functools import partial
@@ -177,6 +178,8 @@ class TestImageServer:
             2,
         )
         assert {"python", "torch", "grpc", "protobuf"} <= set(info.versions)
+        loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"  # --event-loop auto
+        assert info.versions["event_loop"].split()[0] == loop
         assert info.versions["grpc"] == grpc.__version__
         import torch
 

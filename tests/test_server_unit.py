@@ -444,7 +444,9 @@ def test_event_loop_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 
         assert eventloop.loop_factory("auto") == ("uvloop", uvloop.new_event_loop)
         assert eventloop.run(_loop_name(), "auto") == "uvloop"
+        assert eventloop.describe("auto") == f"uvloop {uvloop.__version__}"
     assert eventloop.run(_loop_name(), "asyncio") == "asyncio"
+    assert eventloop.describe("asyncio") == "asyncio"
     monkeypatch.setitem(sys.modules, "uvloop", None)  # as if not installed: its import fails
     assert eventloop.loop_factory("auto") == ("asyncio", None)
     with pytest.raises(ValueError, match="--event-loop uvloop: uvloop is not installed"):
