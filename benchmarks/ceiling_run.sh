@@ -13,6 +13,8 @@ failed=""
 # call's CPU side, in the device process, wait for cores shared with 8 frontends?);
 # resnet50: the default against the device process alone on a core and against one CUDA graph
 # launch per batch (its time per batch grew with the load on the cores it shared);
+# image-loop: the default (uvloop's event loop in the frontends) against asyncio's, with the
+# pre-processing ceiling measured again beside busy load cores;
 # image-pin, resnet50-pin: each pre-processing process on a core of its own, as the ceiling's loop runs
 # (in the server the same pre-processing cost ~35 % more core time per item than in that loop).
 C="--duration 6 --warmup-s 2 --step 0.1 --pre-seconds 3"
@@ -20,6 +22,8 @@ for m in "${@:-image}"; do
   { case $m in
     image) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model image --device cuda --batch 32 --start 0.35 $C --step 0.05 \
              --variant "" --variant "--workers 3 --pre-processes 7" ;;
+    image-loop) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model image --device cuda --batch 32 --start 0.5 $C --step 0.05 \
+             --busy-neighbours --variant "" --variant "--event-loop asyncio" ;;
     image-pin) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model image --device cuda --batch 32 --start 0.4 $C --step 0.05 \
              --variant "" --variant=--pin-pre-processes ;;
     resnet50-pin) timeout -s INT ${LIMIT:-560} python3 benchmarks/bench_ceiling.py --model resnet50 --device cuda --batch 32 --start 0.4 $C \
