@@ -8,9 +8,11 @@ instructions per request in a frontend).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio
 
 T = TypeVar("T")
 
@@ -45,6 +47,8 @@ def describe(kind: str) -> str:
 
 def run(main: Coroutine[Any, Any, T], kind: str) -> T:
     """``asyncio.run(main)`` on the loop ``kind`` names."""
+    import asyncio  # here, not at the top: the command line reads KINDS and need not load asyncio
+
     _, factory = loop_factory(kind)
     with asyncio.Runner(loop_factory=factory) as runner:
         return runner.run(main)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from netgain.cli.args import CliError, OneLineParser, debug_after_command, flag, key_values
+from netgain.server.eventloop import KINDS
 
 MIB = 1024 * 1024
 
@@ -188,7 +189,7 @@ def add_parser(sub: Any) -> None:
         p,
         "--event-loop",
         default="auto",
-        choices=("auto", "asyncio", "uvloop"),
+        choices=KINDS,
         help="the gRPC processes' event loop: auto is uvloop where installed (fewer instructions per "
         "request), else asyncio's",
     )
