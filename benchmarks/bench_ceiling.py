@@ -39,7 +39,7 @@ import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import RoleUsage, involuntary_switches, pinned, table, tree_usage
+from benchmarks.common import RoleUsage, involuntary_switches, pinned, role_of, table, tree_usage
 from netgain.contract.cores import siblings
 
 
@@ -152,22 +152,11 @@ def shared_cores(server: list[int], load: list[int]) -> list[tuple[int, int]]:
 
 
 def server_processes(supervisor: int) -> dict[str, int]:
-    """The pid of the device process, the first frontend and the first pre-processing process
-    (by the names the server gives them: ``ng-device``, ``ng-front-0``, ``ng-pre-N``)."""
-    import psutil
-
+    """The pid of the device process, the first frontend and the first pre-processing process, by
+    the names the server gives them (``role_of``)."""
     found: dict[str, int] = {}
     for k in psutil.Process(supervisor).children():
-        name = k.name()
-        role = (
-            "device"
-            if "device" in name
-            else "frontend"
-            if "-front-" in name
-            else "pre"
-            if "-pre-" in name
-            else ""
-        )
+        role = role_of(k.name(), "")
         if role and role not in found:
             found[role] = k.pid
     return found

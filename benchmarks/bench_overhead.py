@@ -18,7 +18,7 @@ import statistics
 from concurrent.futures import ThreadPoolExecutor
 
 import psutil
-from common import LoadResult, pinned, run_alternating, run_clients, split_cpus, table, tree_usage
+from common import LoadResult, RoleUsage, pinned, run_alternating, run_clients, split_cpus, table, tree_usage
 
 from netgain.experiments.orchestrate import ServerProcess
 from netgain.stats.quantiles import median
@@ -93,7 +93,7 @@ def loaded(
             options=opts,
         )
     after = tree_usage(proc)
-    used = {r: u.cpu_s - (before[r].cpu_s if r in before else 0.0) for r, u in after.items()}
+    used = {r: (u - before.get(r, RoleUsage())).cpu_s for r, u in after.items()}
     return sat, {r: s / max(1, sat.answered) * 1e6 for r, s in used.items()}
 
 
