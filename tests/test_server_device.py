@@ -52,6 +52,7 @@ def test_thread_roles_come_from_os_thread_names() -> None:
     assert thread_role("ng-prepost_7", 99, 10) == "prepost"
     assert thread_role("ng-device-0", 99, 10) == "device"
     assert thread_role("ng-batcher", 99, 10) == "batcher"
+    assert thread_role("ng-metrics", 99, 10) == "telemetry"  # a child's metrics server
     assert roles.get("prepost", 0.0) > 0.0
 
 

@@ -19,7 +19,13 @@ from netgain.server.config import ServeConfig
 from netgain.server.handlers.base import Handler
 from netgain.server.multiproc.device_proc import DevicePipes, DeviceProcess, atomic_chunks
 from netgain.server.multiproc.frontend import Handoff
-from netgain.server.multiproc.metrics_merge import MergedCollector, merge
+from netgain.server.multiproc.metrics_merge import (
+    MergedCollector,
+    families_from_json,
+    families_json,
+    merge,
+    serve_families,
+)
 from netgain.server.multiproc.slots import (
     _ITEM,
     HANDED,
@@ -91,11 +97,28 @@ def test_merge_keeps_label_sets_apart_and_a_family_seen_once() -> None:
     assert got[("netgain_only_here", ())] == 7
 
 
-def test_merged_collector_scrapes_children_and_skips_one_that_is_gone() -> None:
-    """The supervisor's /metrics: its own registry plus every child's port, read over HTTP in
-    OpenMetrics (exemplars kept); a child that exited is left out, the rest still add up."""
-    from netgain.server.bootstrap import serve_metrics
+def test_families_survive_the_json_hand_over() -> None:
+    """What a child sends the supervisor: every family's type, help, unit, samples, timestamps
+    and exemplars as collected, infinities included."""
+    reg = CollectorRegistry()
+    h = Histogram("netgain_t_seconds", "t help", ["phase"], buckets=(0.1, 1.0), registry=reg)
+    h.labels("pre").observe(0.05, exemplar={"trace_id": "abc"})
+    h.labels("pre").observe(float("inf"))
+    Counter("netgain_c", "c", unit="bytes", registry=reg).inc(3)
+    Gauge("netgain_g", "g", registry=reg).set(-1.5)
+    want = list(reg.collect())
+    got = families_from_json(families_json(want))
+    assert [(f.name, f.documentation, f.type, f.unit) for f in got] == [
+        (f.name, f.documentation, f.type, f.unit) for f in want
+    ]
+    assert [f.samples for f in got] == [f.samples for f in want]
+    ex = next(s.exemplar for f in got for s in f.samples if s.exemplar is not None)
+    assert ex.labels == {"trace_id": "abc"} and ex.value == 0.05 and ex.timestamp is not None
 
+
+def test_merged_collector_scrapes_children_and_skips_one_that_is_gone() -> None:
+    """The supervisor's /metrics: its own registry plus every child's port, read over HTTP as
+    JSON (exemplars kept); a child that exited is left out, the rest still add up."""
     local = CollectorRegistry()
     ServerMetrics(local, "m", "cpu")
     child = CollectorRegistry()
@@ -103,7 +126,7 @@ def test_merged_collector_scrapes_children_and_skips_one_that_is_gone() -> None:
     lat = Histogram("netgain_child_latency_seconds", "l", buckets=(0.1, 1.0), registry=child)
     lat.observe(0.05, exemplar={"trace_id": "abc"})
     child_metrics.ready.labels(**child_metrics.labels).set(1)
-    httpd, port = serve_metrics(child, 0, "127.0.0.1")
+    httpd, port = serve_families(child)
     with socket.socket() as s:  # a port nothing listens on: a child that has exited
         s.bind(("127.0.0.1", 0))
         gone = s.getsockname()[1]

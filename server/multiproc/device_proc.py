@@ -149,7 +149,8 @@ class DeviceProcess:
     def start(self, metrics_port: bool) -> dict[str, Any]:
         import torch
 
-        from netgain.server.bootstrap import build_telemetry, serve_metrics, versions
+        from netgain.server.bootstrap import build_telemetry, versions
+        from netgain.server.multiproc.metrics_merge import serve_families
 
         cfg = self.cfg
         # No span log here: the frontends write each request's spans.
@@ -170,7 +171,7 @@ class DeviceProcess:
         m.queue_depth.labels(**m.labels).set_function(lambda: len(self.requests))
         port = -1
         if metrics_port:
-            self._httpd, port = serve_metrics(self.telemetry.registry, 0, "127.0.0.1")
+            self._httpd, port = serve_families(self.telemetry.registry)
         self.pipeline.start()
         self.telemetry.start()
         threading.Thread(target=self._read, name="netgain-handoff", daemon=True).start()

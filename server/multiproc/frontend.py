@@ -276,10 +276,10 @@ class Frontend:
             drain,
             new_health,
             oip_io,
-            serve_metrics,
             set_health,
             start_grpc,
         )
+        from netgain.server.multiproc.metrics_merge import serve_families
 
         cfg = self.cfg
         loop = asyncio.get_running_loop()
@@ -304,7 +304,7 @@ class Frontend:
             http = await start_http(cfg, self.servicer, io, reuse_port=True)
         metrics_port = -1
         if cfg.metrics_port >= 0:
-            _, metrics_port = serve_metrics(tel.registry, 0, "127.0.0.1")
+            _, metrics_port = serve_families(tel.registry)
         metrics.in_flight.labels(**metrics.labels).set_function(lambda: self.servicer.in_flight)
         metrics.queue_depth.labels(**metrics.labels).set_function(lambda: 0)
         stop = asyncio.Event()

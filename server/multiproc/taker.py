@@ -137,7 +137,8 @@ def prep_main(
     import torch
     from prometheus_client import CollectorRegistry
 
-    from netgain.server.bootstrap import build_handler, serve_metrics
+    from netgain.server.bootstrap import build_handler
+    from netgain.server.multiproc.metrics_merge import serve_families
     from netgain.server.telemetry.metrics import ServerMetrics
     from netgain.server.telemetry.samplers import Sampler
 
@@ -155,7 +156,7 @@ def prep_main(
         if cfg.metrics_port >= 0:  # this process's CPU, merged into the server's one /metrics
             registry = CollectorRegistry()
             metrics = ServerMetrics(registry, handler.name, device)
-            _, metrics_port = serve_metrics(registry, 0, "127.0.0.1")
+            _, metrics_port = serve_families(registry)
             sampler = Sampler(metrics, 0, None, cfg.sample_interval_s)
         taker = Taker(handler, rings, index, work_fds, request_fd)
         ctl.send(("listening", {"metrics_port": metrics_port, "pid": os.getpid()}))

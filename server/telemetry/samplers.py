@@ -31,12 +31,14 @@ _OWN_ROLES = (
     ("ng-recorder", "telemetry"),
     ("ng-sampler", "telemetry"),
     ("ng-otlp", "telemetry"),
+    ("ng-metrics", "telemetry"),
     ("netgain-prepost", "prepost"),
     ("netgain-device", "device"),
     ("netgain-batcher", "batcher"),
     ("netgain-recorder", "telemetry"),
     ("netgain-sampler", "telemetry"),
     ("netgain-otlp", "telemetry"),
+    ("netgain-metrics", "telemetry"),
 )
 _OTHER_ROLES = (
     ("grpc", "grpc"),
