@@ -17,6 +17,9 @@ nvJPEG decode, resize and forward on the device, for batches of JPEG bytes.
 ``--busy-neighbours`` measures the pre-processing ceiling a second time while the load cores run
 the same loop, and prints it beside the quiet one: how much a host's shared caches, memory and
 clocks slow the work when every core is busy. The targets stay against the quiet ceiling.
+After each layout's sweep the pre-processing ceiling is measured again and printed beside the
+first: a host's per-core speed can move during a run (a fixed Python loop took 2.0 to 3.7 ms a
+few seconds apart on one GPU host), and the two readings bound how far.
 """
 
 from __future__ import annotations
@@ -317,6 +320,13 @@ def main(argv: list[str] | None = None) -> int:
             skipped = variants[k + 1 :]
             summary += [f"{a.model} ({v or 'defaults'}): not measured (interrupted)" for v in skipped]
             break
+        # The ceiling again once the sweep is over: how far the host's own speed moved meanwhile.
+        again = pre_ceiling(a.model, options, server_cores, a.pre_seconds)
+        summary.append(
+            f"  pre-processing ceiling measured again after this sweep: {again.items_s:,.0f}/s "
+            f"({100 * again.items_s / pre:.0f} % of the first, {again.cpu_ms:.2f} ms of CPU per item)"
+        )
+        print(summary[-1], flush=True)
     print("\n" + "\n".join(summary), flush=True)
     return 130 if cut else 0
 
