@@ -403,10 +403,10 @@ def sweep(
     roles = [k for k in known if any(k in r["roles"] for r in rows)]
     print(table(
         [[f"{r['rate']:,.0f}", f"{r['throughput']:,.0f}", f"{r['p50']:.1f}", f"{r['p99']:.1f}", r["errors"],
-          "yes" if r["valid"] else "NO", r["bottleneck"], "yes" if r["held"] else "no",
+          "yes" if r["valid"] else "NO", r["bottleneck"], "yes" if r["held"] else "no", _steal(r),
           *[_role_cell(r["roles"].get(k)) for k in roles]] for r in rows],
         ["offered/s", "done/s", "p50 ms", "p99 ms", "errors", "valid", "bottleneck", f"p99<={a.slo_ms:.0f}",
-         *[f"{k} CPU ms/req (inv. sw/s)" for k in roles]],
+         "steal cores", *[f"{k} CPU ms/req (inv. sw/s)" for k in roles]],
     ))  # fmt: skip
     return capacity, cut
 
@@ -424,6 +424,12 @@ def per_request(
             "switches_s": round(d.involuntary / max(1e-9, seconds) / max(1, u.processes)),
         }
     return out
+
+
+def _steal(r: dict[str, Any]) -> str:
+    """The host's CPU taken by its hypervisor during the rate's run, in cores ("" if not read)."""
+    steal = (((r.get("cpu") or {}).get("host")) or {}).get("steal")
+    return "" if steal is None else f"{steal:.2f}"
 
 
 def _role_cell(v: dict[str, float] | None) -> str:
