@@ -339,3 +339,20 @@ def test_device_reassembles_request_records_split_across_reads() -> None:
     assert (0, 5, [0, 1, 2, 3, 4], "mmmmm") in taken and (1, 4, [4], "bad") in taken
     for p in pipes:
         os.close(p[0])
+
+
+def test_a_silent_connection_does_not_hold_a_childs_metrics_for_good() -> None:
+    """One thread answers a child's metrics: a connection that never sends a request is dropped
+    after the handler's timeout, and the supervisor's next read is answered."""
+    import netgain.server.multiproc.metrics_merge as mm
+
+    reg = CollectorRegistry()
+    Counter("netgain_c", "c", registry=reg).inc(2)
+    httpd, port = serve_families(reg)
+    try:
+        httpd.RequestHandlerClass.timeout = 0.5  # type: ignore[attr-defined]
+        with socket.create_connection(("127.0.0.1", port)):
+            got = _values(mm.scrape(port, timeout_s=10.0))
+        assert got[("netgain_c_total", ())] == 2
+    finally:
+        httpd.shutdown()

@@ -66,6 +66,8 @@ def serve_families(registry: Any, host: str = "127.0.0.1") -> tuple[HTTPServer, 
     One thread answers in turn: the supervisor is its only client and reads the children in turn."""
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = 5.0  # a connection that sends nothing does not hold the one thread for good
+
         def do_GET(self) -> None:
             body = families_json(registry.collect())
             self.send_response(200)
@@ -74,7 +76,7 @@ def serve_families(registry: Any, host: str = "127.0.0.1") -> tuple[HTTPServer, 
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's signature
+        def log_message(self, format: str, *args: Any) -> None:
             pass
 
     def serve() -> None:
