@@ -19,7 +19,9 @@ the same loop, and prints it beside the quiet one: how much a host's shared cach
 clocks slow the work when every core is busy. The targets stay against the quiet ceiling.
 After each layout's sweep the pre-processing ceiling is measured again and printed beside the
 first: a host's per-core speed can move during a run (a fixed Python loop took 2.0 to 3.7 ms a
-few seconds apart on one GPU host), and the two readings bound how far.
+few seconds apart on one GPU host), and the two readings bound how far. Each layout's table is
+followed by the server's CPU per request (all its processes) at the last step that held, and the
+most its cores could carry at that cost: where capacity is CPU-bound, the ratio's upper limit.
 """
 
 from __future__ import annotations
@@ -408,7 +410,23 @@ def sweep(
         ["offered/s", "done/s", "p50 ms", "p99 ms", "errors", "valid", "bottleneck", f"p99<={a.slo_ms:.0f}",
          "steal cores", *[f"{k} CPU ms/req (inv. sw/s)" for k in roles]],
     ))  # fmt: skip
+    held = [r for r in rows if r["held"]]
+    if held:
+        print(cpu_bound(held[-1], len(server_cores), ceiling), flush=True)
     return capacity, cut
+
+
+def cpu_bound(row: dict[str, Any], cores: int, ceiling: float) -> str:
+    """What the server's CPU per request at its last held step allows on its cores at most."""
+    ms = sum(v["cpu_ms"] for v in row["roles"].values())
+    if ms <= 0:
+        return "server CPU per request at the last held step: not read"
+    most = cores * 1e3 / ms
+    share = f" = {100 * most / ceiling:.0f} % of the ceiling" if ceiling else ""
+    return (
+        f"server CPU per request at the last held step ({row['rate']:,.0f}/s offered): {ms:.2f} ms; "
+        f"{cores} core{'s' if cores != 1 else ''} at that cost carry at most {most:,.0f}/s{share}"
+    )
 
 
 def per_request(
