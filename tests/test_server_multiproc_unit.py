@@ -24,6 +24,7 @@ from netgain.server.multiproc.metrics_merge import (
     families_from_json,
     families_json,
     merge,
+    scrape,
     serve_families,
 )
 from netgain.server.multiproc.slots import (
@@ -148,6 +149,21 @@ def test_merged_collector_scrapes_children_and_skips_one_that_is_gone() -> None:
         text = generate_latest(merged).decode()  # a valid exposition, one family per name
         names = [f.name for f in text_string_to_metric_families(text)]
         assert len(names) == len(set(names))
+    finally:
+        httpd.shutdown()
+
+
+def test_a_silent_connection_does_not_hold_a_childs_metrics_for_good() -> None:
+    """One thread answers a child's metrics: a connection that never sends a request is dropped
+    after the handler's timeout, and the supervisor's next read is answered."""
+    reg = CollectorRegistry()
+    Counter("netgain_c", "c", registry=reg).inc(2)
+    httpd, port = serve_families(reg)
+    try:
+        httpd.RequestHandlerClass.timeout = 0.5  # type: ignore[attr-defined]
+        with socket.create_connection(("127.0.0.1", port)):
+            got = _values(scrape(port, timeout_s=10.0))
+        assert got[("netgain_c_total", ())] == 2
     finally:
         httpd.shutdown()
 
@@ -339,20 +355,3 @@ def test_device_reassembles_request_records_split_across_reads() -> None:
     assert (0, 5, [0, 1, 2, 3, 4], "mmmmm") in taken and (1, 4, [4], "bad") in taken
     for p in pipes:
         os.close(p[0])
-
-
-def test_a_silent_connection_does_not_hold_a_childs_metrics_for_good() -> None:
-    """One thread answers a child's metrics: a connection that never sends a request is dropped
-    after the handler's timeout, and the supervisor's next read is answered."""
-    import netgain.server.multiproc.metrics_merge as mm
-
-    reg = CollectorRegistry()
-    Counter("netgain_c", "c", registry=reg).inc(2)
-    httpd, port = serve_families(reg)
-    try:
-        httpd.RequestHandlerClass.timeout = 0.5  # type: ignore[attr-defined]
-        with socket.create_connection(("127.0.0.1", port)):
-            got = _values(mm.scrape(port, timeout_s=10.0))
-        assert got[("netgain_c_total", ())] == 2
-    finally:
-        httpd.shutdown()
